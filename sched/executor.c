@@ -1,0 +1,421 @@
+/*
+ * executor.c — the process's executor: start, stop, block_on, the public
+ * spawn calls, and per-thread state.
+ *
+ * Start creates the pool workers and their threads (signals blocked, so a
+ * daemon's signal handling stays on its main thread).  Stop marks the
+ * executor STOPPING, which makes every worker leave its loop, joins the
+ * threads and then, alone on the calling thread, drains the runtime: it
+ * cancels every unfinished task it finds in the frame slabs and runs
+ * whatever is queued until nothing is left, so every started task's cleanup
+ * runs once.  Tasks spawned during that drain are born cancelled.  Then all
+ * memory is freed.
+ *
+ * Lock order: executor.lock, then frame.c's depot lock.  Neither is taken on
+ * a spawn, wake or poll.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "executor.h"
+#include "task.h"
+#include "worker.h"
+
+#define EXECUTOR_ID_BLOCK 1024
+
+struct executor executor = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.next_id = 1,
+};
+
+_Thread_local struct executor_thread executor_tls
+	__attribute__((tls_model("initial-exec")));
+
+static unsigned executor_nguests;
+
+int rok_cpu_count(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n > 0 ? (int)n : 1;
+}
+
+int rok_workers(void)
+{
+	return executor_tls.worker != NULL ? (int)executor.nworkers : 1;
+}
+
+/* Reads a small positive integer from the environment: 0, or -EINVAL. */
+static int executor_env_uint(const char *name, unsigned lo, unsigned hi,
+                             unsigned *out)
+{
+	const char *s = getenv(name);
+	char *end;
+
+	if (s == NULL || *s == '\0')
+		return 0;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v < lo || v > hi)
+		return -EINVAL;
+	*out = (unsigned)v;
+	return 0;
+}
+
+static void executor_free_locked(void)
+{
+	unsigned total = executor.nworkers + EXECUTOR_MAX_GUESTS;
+
+	if (executor.workers != NULL) {
+		for (unsigned i = 0; i < total; i++)
+			worker_free(atomic_load_explicit(&executor.workers[i],
+			                                 memory_order_relaxed));
+		free((void *)executor.workers);
+		executor.workers = NULL;
+	}
+	idle_done(&executor.idle);
+	atomic_store_explicit(&executor.injector.head, NULL,
+	                      memory_order_relaxed);
+	executor.nworkers = 0;
+}
+
+/* Joins the first `n` pool threads after telling them to stop. */
+static void executor_join(unsigned n)
+{
+	atomic_store(&executor.state, EXECUTOR_STOPPING);
+	for (unsigned i = 0; i < n; i++)
+		worker_unpark(atomic_load_explicit(&executor.workers[i],
+		                                   memory_order_relaxed));
+	for (unsigned i = 0; i < n; i++) {
+		struct worker *w = atomic_load_explicit(&executor.workers[i],
+		                                        memory_order_relaxed);
+		pthread_join(w->thread, NULL);
+	}
+}
+
+static int executor_start_locked(void)
+{
+	unsigned n = (unsigned)rok_cpu_count(), tpc = 0, lifo = 1;
+	int err;
+
+	if (n > EXECUTOR_MAX_WORKERS)
+		n = EXECUTOR_MAX_WORKERS;
+	if ((err = executor_env_uint("ROK_WORKERS", 1, EXECUTOR_MAX_WORKERS,
+	                             &n)) < 0 ||
+	    (err = executor_env_uint("ROK_THREAD_PER_CORE", 0, 1, &tpc)) < 0 ||
+	    (err = executor_env_uint("ROK_LIFO", 0, 1, &lifo)) < 0)
+		return err;
+	executor.nworkers = n;
+	executor.thread_per_core = tpc != 0;
+	executor.lifo = lifo != 0;
+	executor.workers = calloc(n + EXECUTOR_MAX_GUESTS,
+	                          sizeof(*executor.workers));
+	if (executor.workers == NULL || idle_init(&executor.idle, n) < 0) {
+		executor_free_locked();
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct worker *w = worker_new((uint16_t)i, false);
+		if (w == NULL) {
+			executor_free_locked();
+			return -ENOMEM;
+		}
+		atomic_store_explicit(&executor.workers[i], w,
+		                      memory_order_relaxed);
+	}
+
+	/* Workers leave signals to the program's own threads. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	/* Release: workers and spawners that read RUNNING see the set-up. */
+	atomic_store_explicit(&executor.state, EXECUTOR_RUNNING,
+	                      memory_order_release);
+	for (unsigned i = 0; i < n; i++) {
+		struct worker *w = atomic_load_explicit(&executor.workers[i],
+		                                        memory_order_relaxed);
+		err = -pthread_create(&w->thread, NULL, worker_main, w);
+		if (err < 0) {
+			executor_join(i);
+			executor_free_locked();
+			atomic_store(&executor.state, EXECUTOR_STOPPED);
+			break;
+		}
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return err;
+}
+
+int rok_start(void)
+{
+	pthread_mutex_lock(&executor.lock);
+	int err = atomic_load(&executor.state) == EXECUTOR_STOPPED
+	                  ? executor_start_locked()
+	                  : -EALREADY;
+	pthread_mutex_unlock(&executor.lock);
+	return err;
+}
+
+int executor_ensure(void)
+{
+	if (executor_running())
+		return 0;
+	if (atomic_load(&executor.state) == EXECUTOR_STOPPING)
+		return -ESHUTDOWN;
+	int err = rok_start();
+	return err == -EALREADY ? (executor_running() ? 0 : -ESHUTDOWN) : err;
+}
+
+static void executor_cancel_cb(void *frame, void *arg)
+{
+	if (task_cancel_for_stop(frame))
+		*(bool *)arg = true;
+}
+
+/* Runs queued tasks of every pool worker until all queues are empty. */
+static void executor_drain_queues(void)
+{
+	bool progress;
+
+	do {
+		progress = false;
+		for (unsigned i = 0; i < executor.nworkers; i++) {
+			struct worker *w = atomic_load_explicit(
+				&executor.workers[i], memory_order_relaxed);
+			rok_task *t;
+			while ((t = worker_take_any(w)) != NULL) {
+				task_run(t);
+				progress = true;
+			}
+		}
+	} while (progress);
+}
+
+int rok_stop(void)
+{
+	if (executor_tls.worker != NULL)
+		return -EDEADLK;
+	pthread_mutex_lock(&executor.lock);
+	if (atomic_load(&executor.state) != EXECUTOR_RUNNING) {
+		pthread_mutex_unlock(&executor.lock);
+		return 0;
+	}
+	if (executor_nguests > 0) {
+		pthread_mutex_unlock(&executor.lock);
+		return -EBUSY;
+	}
+	executor_join(executor.nworkers);
+
+	/* Alone now: act as worker 0 and drive every task to its end. */
+	executor_tls.worker = atomic_load_explicit(&executor.workers[0],
+	                                           memory_order_relaxed);
+	bool live;
+	do {
+		live = false;
+		frame_for_each(executor_cancel_cb, &live);
+		executor_drain_queues();
+	} while (live);
+	executor_tls.worker = NULL;
+
+	executor_free_locked();
+	frame_release_all();
+	atomic_store_explicit(&executor.regs_foreign, 0, memory_order_relaxed);
+	atomic_store(&executor.state, EXECUTOR_STOPPED);
+	pthread_mutex_unlock(&executor.lock);
+	return 0;
+}
+
+uint64_t executor_next_id(void)
+{
+	struct executor_thread *me = &executor_tls;
+
+	if (me->id_next == me->id_end) {
+		me->id_next = atomic_fetch_add_explicit(&executor.next_id,
+		                                        EXECUTOR_ID_BLOCK,
+		                                        memory_order_relaxed);
+		me->id_end = me->id_next + EXECUTOR_ID_BLOCK;
+	}
+	return me->id_next++;
+}
+
+void executor_regs_add(int64_t delta)
+{
+	struct worker *w = executor_tls.worker;
+
+	if (w != NULL)
+		/* Owner-written counter: load and store, no RMW. */
+		atomic_store_explicit(&w->regs,
+		                      atomic_load_explicit(&w->regs,
+		                                           memory_order_relaxed) +
+		                              delta,
+		                      memory_order_relaxed);
+	else
+		atomic_fetch_add_explicit(&executor.regs_foreign, delta,
+		                          memory_order_relaxed);
+}
+
+/* Pinning: the calling pool worker in thread-per-core mode, else a worker
+ * chosen round robin; TASK_HOME_ANY when tasks may move. */
+static uint16_t executor_home_for_spawn(void)
+{
+	struct worker *me = executor_tls.worker;
+
+	if (!executor.thread_per_core)
+		return TASK_HOME_ANY;
+	if (me != NULL && !me->guest)
+		return me->index;
+	return (uint16_t)(atomic_fetch_add_explicit(&executor.next_home, 1,
+	                                            memory_order_relaxed) %
+	                  executor.nworkers);
+}
+
+/* 0: spawn; 1: spawn cancelled (the drain at stop); <0: refuse. */
+static int executor_spawn_mode(void)
+{
+	int err = executor_ensure();
+
+	if (err == -ESHUTDOWN && executor_tls.worker != NULL)
+		return 1;
+	return err;
+}
+
+int rok_spawn(rok_task **out, rok_poll_fn poll, const void *frame,
+              size_t size)
+{
+	int mode = executor_spawn_mode();
+
+	if (mode < 0) {
+		if (out != NULL)
+			*out = NULL;
+		return mode;
+	}
+	return task_spawn(out, poll, frame, size, executor_home_for_spawn(),
+	                  mode == 1);
+}
+
+int rok_spawn_local(rok_task **out, rok_poll_fn poll, const void *frame,
+                    size_t size)
+{
+	struct worker *me = executor_tls.worker;
+
+	if (out != NULL)
+		*out = NULL;
+	if (me == NULL)
+		return -EPERM;
+	int mode = executor_spawn_mode();
+	if (mode < 0)
+		return mode;
+	return task_spawn(out, poll, frame, size, me->index, mode == 1);
+}
+
+/* Takes a guest slot for the calling thread: 0 or -errno. */
+static int executor_guest_enter(struct worker **out)
+{
+	int err = -EAGAIN;
+
+	pthread_mutex_lock(&executor.lock);
+	if (!executor_running()) {
+		err = -ESHUTDOWN;
+		goto out;
+	}
+	for (unsigned i = executor.nworkers;
+	     i < executor.nworkers + EXECUTOR_MAX_GUESTS; i++) {
+		if (atomic_load_explicit(&executor.workers[i],
+		                         memory_order_relaxed) != NULL)
+			continue;
+		struct worker *w = worker_new((uint16_t)i, true);
+		if (w == NULL) {
+			err = -ENOMEM;
+			break;
+		}
+		atomic_store_explicit(&executor.workers[i], w,
+		                      memory_order_relaxed);
+		executor_nguests++;
+		*out = w;
+		err = 0;
+		break;
+	}
+out:
+	pthread_mutex_unlock(&executor.lock);
+	return err;
+}
+
+static void executor_guest_leave(struct worker *w)
+{
+	pthread_mutex_lock(&executor.lock);
+	atomic_store_explicit(&executor.workers[w->index], NULL,
+	                      memory_order_relaxed);
+	executor_nguests--;
+	atomic_fetch_add_explicit(&executor.regs_foreign,
+	                          atomic_load_explicit(&w->regs,
+	                                               memory_order_relaxed),
+	                          memory_order_relaxed);
+	pthread_mutex_unlock(&executor.lock);
+	worker_free(w);
+}
+
+int rok_block_on(rok_poll_fn poll, const void *frame, size_t size,
+                 void **result)
+{
+	struct worker *w;
+	rok_task *root;
+	int err;
+
+	if (result != NULL)
+		*result = NULL;
+	if (executor_tls.worker != NULL)
+		return -EDEADLK;
+	if ((err = executor_ensure()) < 0 ||
+	    (err = executor_guest_enter(&w)) < 0)
+		return err;
+	executor_tls.worker = w;
+	err = task_spawn(&root, poll, frame, size, w->index, false);
+	if (err == 0) {
+		worker_run_guest(w, root);
+		err = task_result(root, result);
+		rok_task_unref(root);
+	}
+	executor_tls.worker = NULL;
+	executor_guest_leave(w);
+	return err;
+}
+
+void rok_stats_get(struct rok_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&executor.lock);
+	if (executor_running()) {
+		st->workers = executor.nworkers;
+		st->searching = idle_searching(&executor.idle);
+		st->parked = idle_parked(&executor.idle);
+		for (unsigned i = 0; i < executor.nworkers + EXECUTOR_MAX_GUESTS;
+		     i++) {
+			struct worker *w = atomic_load_explicit(
+				&executor.workers[i], memory_order_relaxed);
+			if (w == NULL)
+				continue;
+			st->polls += atomic_load_explicit(&w->polls,
+			                                  memory_order_relaxed);
+			st->steals += atomic_load_explicit(&w->steals,
+			                                   memory_order_relaxed);
+			st->parks += atomic_load_explicit(&w->parks,
+			                                  memory_order_relaxed);
+			st->registrations += atomic_load_explicit(
+				&w->regs, memory_order_relaxed);
+		}
+	}
+	st->registrations += atomic_load_explicit(&executor.regs_foreign,
+	                                          memory_order_relaxed);
+	pthread_mutex_unlock(&executor.lock);
+}
+
+int64_t rok_registrations(void)
+{
+	struct rok_stats st;
+
+	rok_stats_get(&st);
+	return st.registrations;
+}

@@ -1,0 +1,434 @@
+/*
+ * task.c — the life of a task: spawn, poll, wake, cancel, join, free.
+ *
+ * The state word (task.h) moves through
+ *
+ *	SCHEDULED -> RUNNING -> idle (waiting)      -> SCHEDULED ...
+ *	                     -> RUNNING|NOTIFIED    -> SCHEDULED (woken mid-poll)
+ *	                     -> COMPLETE
+ *
+ * A wake sets SCHEDULED on an idle task and queues it, sets NOTIFIED on a
+ * running one (its worker re-queues it when the poll returns) and does
+ * nothing otherwise, so a task is in at most one queue at a time.  Each
+ * transition is one CAS or fetch on the word.
+ *
+ * Orderings: a task changes hands through queues whose push is a release
+ * and whose pop is an acquire, and through the state word, whose updates at
+ * the end of a poll and in wakes are acq_rel; so the thread that polls a
+ * task next sees everything the previous poll and the waker wrote.  The
+ * COMPLETE store is a release that publishes the value to joiners, who read
+ * the state with acquire.
+ *
+ * Joiners park on the task's own wait list, guarded by the TASK_JOIN_LOCK
+ * bit of the state word (joins are rare next to wakes, so a bit beats a
+ * lock word in every frame).  TASK_HAS_JOINER lets the finishing worker skip
+ * the lock when nobody ever joined.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "executor.h"
+#include "spin.h"
+#include "task.h"
+#include "waitq.h"
+#include "worker.h"
+
+rok_task *task_current(void)
+{
+	return executor_tls.current;
+}
+
+static void task_free(rok_task *t)
+{
+	atomic_store_explicit(&t->state, 0, memory_order_relaxed);
+	frame_free(&executor_tls.cache, t, t->size_class);
+}
+
+rok_task *rok_task_ref(rok_task *t)
+{
+	/* Relaxed: a new reference is made from an existing one, which
+	 * already keeps the task alive (as for shared_ptr). */
+	atomic_fetch_add_explicit(&t->state, TASK_REF_ONE,
+	                          memory_order_relaxed);
+	return t;
+}
+
+void rok_task_unref(rok_task *t)
+{
+	if (t == NULL)
+		return;
+	/* acq_rel: the last owner must see every other owner's writes before
+	 * freeing, and each owner's writes must be released to it. */
+	uint64_t s = atomic_fetch_sub_explicit(&t->state, TASK_REF_ONE,
+	                                       memory_order_acq_rel);
+	if ((s >> TASK_REF_SHIFT) == 1)
+		task_free(t);
+}
+
+void task_schedule(rok_task *t, bool from_self)
+{
+	struct worker *me = executor_tls.worker;
+
+	if (t->home != TASK_HOME_ANY) {
+		struct worker *home = atomic_load_explicit(
+			&executor.workers[t->home], memory_order_relaxed);
+		if (home == me && runq_push(&me->pinned, t) == 0)
+			return;
+		injector_push(&home->inbox, t);
+		worker_unpark(home);
+		return;
+	}
+	if (me != NULL) {
+		worker_push_local(me, t, from_self);
+		return;
+	}
+	injector_push(&executor.injector, t);
+	executor_notify();
+}
+
+/* The state after a wake of a task in state s; *sched: it must be queued. */
+static uint64_t task_woken_state(uint64_t s, bool *sched)
+{
+	*sched = false;
+	if (s & (TASK_COMPLETE | TASK_SCHEDULED))
+		return s;
+	if (s & TASK_RUNNING)
+		return s | TASK_NOTIFIED;
+	*sched = true;
+	return s | TASK_SCHEDULED;
+}
+
+void task_wake_by_val(rok_task *t)
+{
+	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
+	uint64_t n;
+	bool sched;
+
+	do {
+		n = task_woken_state(s, &sched) - TASK_REF_ONE;
+	} while (!atomic_compare_exchange_weak_explicit(
+		&t->state, &s, n, memory_order_acq_rel, memory_order_relaxed));
+	if (sched)
+		task_schedule(t, false);   /* the runtime's reference covers it */
+	else if ((n >> TASK_REF_SHIFT) == 0)
+		task_free(t);
+}
+
+void task_wake(rok_task *t)
+{
+	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
+	bool sched;
+
+	while (!atomic_compare_exchange_weak_explicit(
+		&t->state, &s, task_woken_state(s, &sched),
+		memory_order_acq_rel, memory_order_relaxed))
+		;
+	if (sched)
+		task_schedule(t, false);
+}
+
+int task_spawn(rok_task **out, rok_poll_fn poll, const void *frame,
+               size_t size, uint16_t home, bool cancelled)
+{
+	struct executor_thread *me = &executor_tls;
+	uint8_t cls;
+
+	if (out != NULL)
+		*out = NULL;
+	if (poll == NULL || (size > 0 && frame == NULL) ||
+	    size > SIZE_MAX / 2)
+		return -EINVAL;
+	rok_task *t = frame_alloc(&me->cache, sizeof(*t) + size, &cls);
+	if (t == NULL)
+		return -ENOMEM;
+	t->u.poll = poll;
+	t->id = executor_next_id();
+	t->next = NULL;
+	t->joiners = NULL;
+	t->pc = 0;
+	t->home = home;
+	t->size_class = cls;
+	t->flags = 0;
+	if (home != TASK_HOME_ANY && me->worker != NULL &&
+	    me->worker->index == home) {
+		t->flags |= TASK_F_PINNED;   /* block_on waits for these */
+		me->worker->pinned_live++;
+	}
+	if (size > 0)
+		memcpy(task_frame(t), frame, size);
+	uint64_t s = TASK_SCHEDULED | (out != NULL ? 2 : 1) * TASK_REF_ONE;
+	if (cancelled)
+		s |= TASK_CANCELLED;   /* spawned during the drain at stop */
+	/* Relaxed: the queue push that follows publishes the task. */
+	atomic_store_explicit(&t->state, s, memory_order_relaxed);
+	if (out != NULL)
+		*out = t;
+	task_schedule(t, false);
+	return 0;
+}
+
+/* ---- joiners ---------------------------------------------------------- */
+
+static void task_join_lock(rok_task *t)
+{
+	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
+
+	for (;;) {
+		if (s & TASK_JOIN_LOCK) {
+			spin_pause();
+			s = atomic_load_explicit(&t->state, memory_order_relaxed);
+			continue;
+		}
+		/* Acquire: pairs with task_join_unlock's release. */
+		if (atomic_compare_exchange_weak_explicit(
+			&t->state, &s, s | TASK_JOIN_LOCK,
+			memory_order_acquire, memory_order_relaxed))
+			return;
+	}
+}
+
+static void task_join_unlock(rok_task *t, uint64_t set)
+{
+	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
+
+	/* Release: publishes the list changes to the next holder. */
+	while (!atomic_compare_exchange_weak_explicit(
+		&t->state, &s, (s & ~(uint64_t)TASK_JOIN_LOCK) | set,
+		memory_order_release, memory_order_relaxed))
+		;
+}
+
+static void task_wake_joiners(rok_task *t)
+{
+	for (;;) {
+		task_join_lock(t);
+		rok_task *w = waitq_take(&t->joiners);
+		bool more = t->joiners != NULL;
+		task_join_unlock(t, 0);
+		if (w != NULL)
+			task_wake_by_val(w);
+		if (!more)
+			return;
+	}
+}
+
+static void task_join_release(rok_waiter *w)
+{
+	rok_task *t = w->queue;
+
+	task_join_lock(t);
+	waitq_unlink(&t->joiners, w);
+	task_join_unlock(t, 0);
+}
+
+/* Links a joiner unless `t` finished; false if it did. */
+static bool task_join_link(rok_task *t, rok_waiter *w, rok_cx *cx)
+{
+	task_join_lock(t);
+	if (atomic_load_explicit(&t->state, memory_order_acquire) &
+	    TASK_COMPLETE) {
+		task_join_unlock(t, 0);
+		return false;
+	}
+	waitq_link(&t->joiners, w, cx, task_join_release, t);
+	task_join_unlock(t, TASK_HAS_JOINER);
+	return true;
+}
+
+int task_result(rok_task *t, void **result)
+{
+	/* Acquire: pairs with the release that set COMPLETE in task_run. */
+	uint64_t s = atomic_load_explicit(&t->state, memory_order_acquire);
+
+	if (s & TASK_HAS_VALUE) {
+		if (result != NULL)
+			*result = t->u.result;
+		return 0;
+	}
+	if (result != NULL)
+		*result = NULL;
+	return -ECANCELED;
+}
+
+rok_poll rok_join_err(rok_cx *cx, rok_join_op *op, rok_task *t, void **result,
+                      int *err)
+{
+	rok_waiter *w = &op->w;
+
+	if (waitq_begin(cx, w))
+		return ROK_PENDING;
+	if (!(atomic_load_explicit(&t->state, memory_order_acquire) &
+	      TASK_COMPLETE) &&
+	    task_join_link(t, w, cx))
+		return ROK_PENDING;
+	int e = task_result(t, result);
+	if (err != NULL)
+		*err = e;
+	return ROK_READY;
+}
+
+int rok_task_wait(rok_task *t, void **result)
+{
+	rok_waiter w = { .state = WAITQ_IDLE };
+
+	if (executor_tls.worker != NULL)
+		return -EDEADLK;
+	if (!(atomic_load_explicit(&t->state, memory_order_acquire) &
+	      TASK_COMPLETE) &&
+	    task_join_link(t, &w, NULL))
+		waitq_block(&w);
+	return task_result(t, result);
+}
+
+/* ---- polling ---------------------------------------------------------- */
+
+void task_run(rok_task *t)
+{
+	struct executor_thread *me = &executor_tls;
+	void *result = NULL;
+	rok_cx cx = {
+		.task = t, .pc = &t->pc, .result = &result,
+	};
+
+	/* SCHEDULED -> RUNNING.  Acquire: with the queue's acquire pop, the
+	 * poll sees the waker's and the previous poll's writes. */
+	atomic_fetch_xor_explicit(&t->state, TASK_SCHEDULED | TASK_RUNNING,
+	                          memory_order_acquire);
+	me->current = t;
+	rok_poll r = t->u.poll(&cx, task_frame(t));
+	me->current = NULL;
+
+	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
+	uint64_t n;
+	if (r == ROK_PENDING) {
+		do {
+			if (s & TASK_NOTIFIED)
+				n = (s & ~(uint64_t)(TASK_RUNNING | TASK_NOTIFIED)) |
+				    TASK_SCHEDULED;
+			else
+				n = s & ~(uint64_t)TASK_RUNNING;
+			/* Release: publishes this poll's frame writes to the
+			 * waker that reads the idle state; acquire: a NOTIFIED
+			 * waker's writes are seen by the next poll. */
+		} while (!atomic_compare_exchange_weak_explicit(
+			&t->state, &s, n, memory_order_acq_rel,
+			memory_order_relaxed));
+		if (n & TASK_SCHEDULED)
+			task_schedule(t, true);
+		return;
+	}
+
+	if (!cx.cancelled_exit)
+		t->u.result = result;
+	do {
+		n = (s & ~(uint64_t)(TASK_RUNNING | TASK_NOTIFIED)) |
+		    TASK_COMPLETE | (cx.cancelled_exit ? 0 : TASK_HAS_VALUE);
+		/* Release: publishes the value to joiners. */
+	} while (!atomic_compare_exchange_weak_explicit(
+		&t->state, &s, n, memory_order_acq_rel, memory_order_relaxed));
+	if (s & TASK_HAS_JOINER)
+		task_wake_joiners(t);
+	if ((t->flags & TASK_F_PINNED) && me->worker != NULL &&
+	    me->worker->pinned_live > 0)
+		me->worker->pinned_live--;
+	rok_task_unref(t);   /* the runtime's reference */
+}
+
+/* ---- handles ---------------------------------------------------------- */
+
+void rok_task_cancel(rok_task *t)
+{
+	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
+	bool sched;
+
+	do {
+		if (s & (TASK_COMPLETE | TASK_CANCELLED))
+			return;
+		/* Release: a cancel is seen by the poll that follows. */
+	} while (!atomic_compare_exchange_weak_explicit(
+		&t->state, &s, task_woken_state(s | TASK_CANCELLED, &sched),
+		memory_order_acq_rel, memory_order_relaxed));
+	if (sched)
+		task_schedule(t, false);
+}
+
+bool task_cancel_for_stop(rok_task *t)
+{
+	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
+
+	if (s == 0 || (s & TASK_COMPLETE))
+		return false;
+	rok_task_cancel(t);
+	return true;
+}
+
+bool rok_task_is_cancelled(const rok_task *t)
+{
+	return atomic_load_explicit(&t->state, memory_order_relaxed) &
+	       TASK_CANCELLED;
+}
+
+bool rok_task_is_finished(const rok_task *t)
+{
+	return atomic_load_explicit(&t->state, memory_order_acquire) &
+	       TASK_COMPLETE;
+}
+
+uint64_t rok_task_id(const rok_task *t)
+{
+	return t->id;
+}
+
+uint64_t rok_id(void)
+{
+	rok_task *t = executor_tls.current;
+
+	if (t == NULL) {
+		fputs("rok_id() called outside a task\n", stderr);
+		abort();
+	}
+	return t->id;
+}
+
+int rok_try_id(uint64_t *id)
+{
+	rok_task *t = executor_tls.current;
+
+	if (t == NULL)
+		return -ESRCH;
+	*id = t->id;
+	return 0;
+}
+
+/* ---- the await notation ----------------------------------------------- */
+
+bool rok_cx_cancelled(const rok_cx *cx)
+{
+	return cx->force_cancel ||
+	       (atomic_load_explicit(&cx->task->state, memory_order_relaxed) &
+	        TASK_CANCELLED);
+}
+
+void rok__bad_pc(uint32_t pc)
+{
+	fprintf(stderr, "rok: task polled at bad resume point %u "
+	        "(polled after it finished?)\n", pc);
+	abort();
+}
+
+rok_poll rok_yield_now(rok_cx *cx)
+{
+	rok_task *t = cx->task;
+
+	if (t->flags & TASK_F_YIELDED) {
+		t->flags &= (uint8_t)~TASK_F_YIELDED;
+		return ROK_READY;
+	}
+	t->flags |= TASK_F_YIELDED;
+	/* We are RUNNING: NOTIFIED makes task_run queue us at the back. */
+	atomic_fetch_or_explicit(&t->state, TASK_NOTIFIED,
+	                         memory_order_relaxed);
+	return ROK_PENDING;
+}

@@ -1,0 +1,104 @@
+/*
+ * task.h — the task object: frame header, state word, reference counts.
+ *
+ * A task is one allocation: this header followed by the caller's frame.  The
+ * state word holds the scheduling flags and the reference count together so
+ * that a wake, which both changes the flags and moves a reference, is one
+ * atomic read-modify-write.
+ *
+ * References are held by: the runtime, from spawn until the task finished and
+ * woke its joiners; each handle; and each waker that is between taking a
+ * waiter off a queue and calling task_wake().  A task sitting in a run queue
+ * or linked into a wait queue is covered by the runtime's reference, which is
+ * why a waiter must be unlinked before its task can finish.
+ */
+#ifndef ROK_TASK_H
+#define ROK_TASK_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "rok/rok.h"
+
+struct worker;
+
+enum {
+	TASK_SCHEDULED  = 1u << 0,  /* in a run queue, or about to be */
+	TASK_RUNNING    = 1u << 1,  /* being polled */
+	TASK_NOTIFIED   = 1u << 2,  /* woken while running: poll again */
+	TASK_COMPLETE   = 1u << 3,  /* finished; result or cancellation final */
+	TASK_CANCELLED  = 1u << 4,  /* cancel requested before it finished */
+	TASK_HAS_VALUE  = 1u << 5,  /* finished through its body: joinable value */
+	TASK_JOIN_LOCK  = 1u << 6,  /* guards the joiners list */
+	TASK_HAS_JOINER = 1u << 7,  /* a joiner was linked at some point */
+};
+
+#define TASK_REF_SHIFT 16
+#define TASK_REF_ONE   ((uint64_t)1 << TASK_REF_SHIFT)
+#define TASK_FLAGS     (TASK_REF_ONE - 1)
+
+#define TASK_HOME_ANY  UINT16_MAX
+
+/* task->flags: owned by the thread polling the task. */
+enum {
+	TASK_F_YIELDED = 1u << 0,   /* rok_yield_now gave way once already */
+	TASK_F_PINNED  = 1u << 1,   /* counted in its home's pinned_live */
+};
+
+struct rok_task {
+	_Atomic uint64_t state;
+	union {                     /* poll until COMPLETE, then the value */
+		rok_poll_fn poll;
+		void *result;
+	} u;
+	uint64_t id;
+	struct rok_task *next;      /* link in an injector stack */
+	rok_waiter *joiners;        /* under TASK_JOIN_LOCK */
+	uint32_t pc;                /* coroutine resume point */
+	uint16_t home;              /* worker it is pinned to, or TASK_HOME_ANY */
+	uint8_t size_class;         /* frame.c's class, for freeing */
+	uint8_t flags;              /* TASK_F_* */
+};
+
+_Static_assert(sizeof(struct rok_task) == 48, "task header grew");
+
+static inline void *task_frame(rok_task *t)
+{
+	return (char *)t + sizeof(*t);
+}
+
+/* Allocates and schedules a task; see rok_spawn.  home: TASK_HOME_ANY or a
+ * worker index; cancelled: born cancelled (spawned during stop).  The
+ * executor must be started.  Returns 0 or -errno. */
+int task_spawn(rok_task **out, rok_poll_fn poll, const void *frame,
+               size_t size, uint16_t home, bool cancelled);
+
+/* A finished task's outcome: 0 with its value, or -ECANCELED. */
+int task_result(rok_task *t, void **result);
+
+/*
+ * Wakes `t` and consumes one reference the caller holds: schedules it if
+ * idle, marks it for another poll if running, nothing if already scheduled or
+ * finished.  Any thread.
+ */
+void task_wake_by_val(rok_task *t);
+
+/* Wakes `t` without consuming a reference.  Any thread. */
+void task_wake(rok_task *t);
+
+/*
+ * Polls a task that the caller took from a run queue (SCHEDULED set): runs
+ * it, then re-queues it, leaves it waiting, or finishes it.  Worker threads.
+ */
+void task_run(rok_task *t);
+
+/* Puts `t` (SCHEDULED, runtime reference) where it belongs from this thread. */
+void task_schedule(rok_task *t, bool from_self);
+
+/* The task being polled on this thread, or NULL. */
+rok_task *task_current(void);
+
+/* Marks `t` cancelled and running in the drain at stop; see executor.c. */
+bool task_cancel_for_stop(rok_task *t);
+
+#endif /* ROK_TASK_H */

@@ -1,0 +1,49 @@
+/*
+ * waitq.h — wait lists of rok_waiter nodes.  See waitq.c.
+ */
+#ifndef ROK_WAITQ_H
+#define ROK_WAITQ_H
+
+#include "rok/rok.h"
+
+enum {
+	WAITQ_IDLE   = 0,   /* not linked anywhere */
+	WAITQ_QUEUED = 1,   /* linked, waiting */
+	WAITQ_WOKEN  = 2,   /* taken off the list by a waker */
+};
+
+/*
+ * A wait list is a circular doubly linked list named by its head pointer:
+ * head->prev is the tail, so linking at the tail and taking from the head
+ * keep FIFO order.  The owner of the list (a channel, a task's joiners)
+ * guards it with its own lock; every function here runs under that lock.
+ */
+
+/* Links `w` for the task being polled in `cx` (NULL: for the calling
+ * thread, see waitq_block).  `release` unlinks it again, taking the lock. */
+void waitq_link(rok_waiter **head, rok_waiter *w, rok_cx *cx,
+                void (*release)(rok_waiter *w), void *queue);
+
+/* Unlinks `w` if it is still queued; true if it was. */
+bool waitq_unlink(rok_waiter **head, rok_waiter *w);
+
+/*
+ * Takes the oldest waiter, marks it woken and returns its task with a new
+ * reference for the caller to pass to task_wake_by_val() (after dropping
+ * the lock), or NULL if the list is empty.  A waiter with no task (a thread
+ * blocked in rok_task_wait) is woken here through its futex word instead.
+ */
+rok_task *waitq_take(rok_waiter **head);
+
+/*
+ * The start of every awaitable operation.  Returns true when the operation
+ * must return ROK_PENDING at once: the await is being abandoned (and `w` was
+ * released), or `w` is still queued.  Otherwise `w` is idle (it was never
+ * linked or a waker took it off) and the operation proceeds.
+ */
+bool waitq_begin(rok_cx *cx, rok_waiter *w);
+
+/* Blocks the calling (non-runtime) thread until `w` is woken. */
+void waitq_block(rok_waiter *w);
+
+#endif /* ROK_WAITQ_H */

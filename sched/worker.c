@@ -1,0 +1,348 @@
+/*
+ * worker.c — the loop each worker thread runs, and where tasks are queued.
+ *
+ * A worker owns three queues: its Chase-Lev deque (stealable), its pinned
+ * run queue (tasks that may only run on this thread: spawn_local, the
+ * block_on root, every task in thread-per-core mode) and a LIFO slot for the
+ * task most recently woken or spawned by the task it is running.  Other
+ * threads reach it through its inbox, a lock-free stack.
+ *
+ * Which task next (worker_next): every 61st tick the inbox and the global
+ * injector first, so remote work is never starved by local work (Go uses
+ * 61 too).  Then the LIFO slot, at most LIFO_MAX times in a row, then the
+ * pinned queue and the deque, alternating which goes first; both are FIFO,
+ * so a task that yields goes behind everything already queued.  Then the
+ * inbox and the injector, then stealing, then parking.  A task that yields
+ * is never put in the LIFO slot (task.c queues it with from_self).
+ *
+ * Stealing starts at a pseudo-random victim and goes round the other N-1
+ * workers, taking half of the first non-empty deque.  Parking follows
+ * idle.c's protocol; the park itself is a futex on park_word.
+ *
+ * Guest workers (threads inside rok_block_on) have the same struct but only
+ * run their pinned queue and inbox; nobody steals from them and they steal
+ * from nobody.
+ */
+#include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "executor.h"
+#include "task.h"
+#include "worker.h"
+
+#define WORKER_REMOTE_INTERVAL 61
+#define WORKER_LIFO_MAX        3
+#define WORKER_STEAL_MAX       256
+
+struct worker *worker_new(uint16_t index, bool guest)
+{
+	struct worker *w = aligned_alloc(64, sizeof(*w));
+
+	if (w == NULL)
+		return NULL;
+	memset(w, 0, sizeof(*w));
+	if (deque_init(&w->deque, guest ? 1 : 8) < 0) {
+		free(w);
+		return NULL;
+	}
+	w->index = index;
+	w->guest = guest;
+	w->rng = 0x9e3779b9u * (index + 1u);
+	return w;
+}
+
+void worker_free(struct worker *w)
+{
+	if (w == NULL)
+		return;
+	deque_done(&w->deque);
+	runq_done(&w->pinned);
+	free(w);
+}
+
+static uint32_t worker_rand(struct worker *w)
+{
+	/* xorshift32: cheap, and per worker, so victims differ. */
+	uint32_t x = w->rng;
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	w->rng = x;
+	return x;
+}
+
+static void worker_count(_Atomic uint64_t *c)
+{
+	/* Only the owner writes: a relaxed load and store, no RMW. */
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
+}
+
+void worker_unpark(struct worker *w)
+{
+	/* seq_cst exchange: a parker sets the word to 1 before its last look
+	 * at its inbox; see worker_park. */
+	if (atomic_exchange(&w->park_word, 0) == 1)
+		syscall(SYS_futex, &w->park_word, FUTEX_WAKE_PRIVATE, 1, NULL,
+		        NULL, 0);
+}
+
+void executor_notify(void)
+{
+	int idx = idle_notify(&executor.idle);
+
+	if (idx >= 0)
+		worker_unpark(atomic_load_explicit(&executor.workers[idx],
+		                                   memory_order_relaxed));
+}
+
+/* Pushes to the deque, or to the injector if growing the deque failed. */
+static void worker_push_deque(struct worker *w, rok_task *t)
+{
+	if (deque_push(&w->deque, t) < 0)
+		injector_push(&executor.injector, t);
+}
+
+void worker_push_local(struct worker *w, rok_task *t, bool from_self)
+{
+	if (w->guest) {
+		injector_push(&executor.injector, t);
+		executor_notify();
+		return;
+	}
+	if (!from_self && executor.lifo) {
+		rok_task *prev = w->lifo;
+		w->lifo = t;
+		if (prev == NULL)
+			return;   /* nothing stealable was added: wake nobody */
+		t = prev;
+	}
+	worker_push_deque(w, t);
+	executor_notify();
+}
+
+/* Takes the inbox (into the pinned queue) and, for pool workers, the
+ * injector (into the deque); returns the first task taken. */
+static rok_task *worker_take_remote(struct worker *w)
+{
+	rok_task *first = NULL;
+	rok_task *t = injector_take_all(&w->inbox);
+
+	while (t != NULL) {
+		rok_task *next = t->next;
+		if (first == NULL)
+			first = t;
+		else if (runq_push(&w->pinned, t) < 0)
+			injector_push(&w->inbox, t);   /* retried next time */
+		t = next;
+	}
+	if (w->guest || first != NULL)
+		return first;
+	t = injector_take_all(&executor.injector);
+	if (t != NULL && t->next != NULL)
+		executor_notify();   /* a batch: let a thief share it */
+	while (t != NULL) {
+		rok_task *next = t->next;
+		if (first == NULL)
+			first = t;
+		else
+			worker_push_deque(w, t);
+		t = next;
+	}
+	return first;
+}
+
+static rok_task *worker_next(struct worker *w)
+{
+	rok_task *t;
+
+	if (++w->tick % WORKER_REMOTE_INTERVAL == 0 &&
+	    (t = worker_take_remote(w)) != NULL)
+		return t;
+	if (w->lifo != NULL) {
+		t = w->lifo;
+		w->lifo = NULL;
+		if (w->lifo_polls++ < WORKER_LIFO_MAX)
+			return t;
+		worker_push_deque(w, t);   /* its turn is over: go to the back */
+	}
+	w->lifo_polls = 0;
+	if (w->tick & 1) {
+		if ((t = runq_pop(&w->pinned)) != NULL ||
+		    (t = deque_pop(&w->deque)) != NULL)
+			return t;
+	} else {
+		if ((t = deque_pop(&w->deque)) != NULL ||
+		    (t = runq_pop(&w->pinned)) != NULL)
+			return t;
+	}
+	return worker_take_remote(w);
+}
+
+static rok_task *worker_steal(struct worker *w)
+{
+	unsigned n = executor.nworkers;
+	void *buf[WORKER_STEAL_MAX];
+
+	if (executor.thread_per_core || n < 2)
+		return NULL;
+	if (!w->searching) {
+		if (!idle_begin_search(&executor.idle))
+			return NULL;
+		w->searching = true;
+	}
+	unsigned start = worker_rand(w) % n;
+	for (unsigned i = 0; i < n; i++) {
+		unsigned v = (start + i) % n;
+		if (v == w->index)
+			continue;
+		struct worker *victim = atomic_load_explicit(
+			&executor.workers[v], memory_order_relaxed);
+		size_t k = deque_steal(&victim->deque, buf, WORKER_STEAL_MAX);
+		if (k == 0)
+			continue;
+		for (size_t j = 1; j < k; j++)
+			worker_push_deque(w, buf[j]);
+		worker_count(&w->steals);
+		return buf[0];
+	}
+	return worker_take_remote(w);
+}
+
+bool worker_any_work(void)
+{
+	if (!injector_is_empty(&executor.injector))
+		return true;
+	for (unsigned i = 0; i < executor.nworkers; i++) {
+		struct worker *v = atomic_load_explicit(&executor.workers[i],
+		                                        memory_order_relaxed);
+		if (deque_len(&v->deque) > 0)
+			return true;
+	}
+	return false;
+}
+
+static bool worker_stopping(void)
+{
+	return atomic_load_explicit(&executor.state, memory_order_relaxed) ==
+	       EXECUTOR_STOPPING;
+}
+
+/* Sleeps on park_word until unparked; the word must already be 1. */
+static void worker_sleep(struct worker *w)
+{
+	while (atomic_load(&w->park_word) == 1 && !worker_stopping())
+		syscall(SYS_futex, &w->park_word, FUTEX_WAIT_PRIVATE, 1, NULL,
+		        NULL, 0);
+}
+
+static void worker_park(struct worker *w)
+{
+	/* Set before the worker shows up as a sleeper, so an unpark that
+	 * picks it finds 1 and issues the futex wake. */
+	atomic_store(&w->park_word, 1);
+	bool last = idle_park(&executor.idle, w->index, w->searching);
+	w->searching = false;
+	if (last && worker_any_work())
+		executor_notify();
+	/* The inbox is only announced by worker_unpark, which saw 0 if it ran
+	 * before the store above: look once more (seq_cst pairs with its
+	 * exchange). */
+	if (!injector_is_empty(&w->inbox) || worker_stopping())
+		atomic_store(&w->park_word, 0);
+	worker_count(&w->parks);
+	worker_sleep(w);
+	if (!idle_unpark_self(&executor.idle, w->index))
+		w->searching = true;   /* the notifier counted us searching */
+}
+
+static void worker_found_work(struct worker *w)
+{
+	if (!w->searching)
+		return;
+	w->searching = false;
+	if (idle_end_search(&executor.idle))
+		executor_notify();   /* keep someone looking */
+}
+
+static void worker_pin_cpu(struct worker *w)
+{
+	cpu_set_t allowed, one;
+	int seen = 0;
+
+	if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+		return;
+	int want = (int)(w->index % (unsigned)CPU_COUNT(&allowed));
+	for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+		if (!CPU_ISSET(cpu, &allowed))
+			continue;
+		if (seen++ == want) {
+			CPU_ZERO(&one);
+			CPU_SET(cpu, &one);
+			/* Best effort: an unpinned worker still works. */
+			(void)pthread_setaffinity_np(pthread_self(), sizeof(one),
+			                             &one);
+			return;
+		}
+	}
+}
+
+void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+
+	executor_tls.worker = w;
+	if (executor.thread_per_core)
+		worker_pin_cpu(w);
+	while (!worker_stopping()) {
+		rok_task *t = worker_next(w);
+		if (t == NULL)
+			t = worker_steal(w);
+		if (t != NULL) {
+			worker_found_work(w);
+			worker_count(&w->polls);
+			task_run(t);
+			continue;
+		}
+		worker_park(w);
+	}
+	frame_cache_flush(&executor_tls.cache);
+	executor_tls.worker = NULL;
+	return NULL;
+}
+
+void worker_run_guest(struct worker *w, rok_task *root)
+{
+	while (!rok_task_is_finished(root) || w->pinned_live > 0) {
+		rok_task *t = runq_pop(&w->pinned);
+		if (t == NULL)
+			t = worker_take_remote(w);
+		if (t != NULL) {
+			task_run(t);
+			continue;
+		}
+		atomic_store(&w->park_word, 1);
+		if (!injector_is_empty(&w->inbox))
+			atomic_store(&w->park_word, 0);
+		worker_sleep(w);
+	}
+}
+
+rok_task *worker_take_any(struct worker *w)
+{
+	rok_task *t = w->lifo;
+
+	if (t != NULL) {
+		w->lifo = NULL;
+		return t;
+	}
+	if ((t = runq_pop(&w->pinned)) != NULL ||
+	    (t = deque_pop(&w->deque)) != NULL)
+		return t;
+	return worker_take_remote(w);
+}

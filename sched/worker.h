@@ -1,0 +1,63 @@
+/*
+ * worker.h — a worker: the queues one thread runs tasks from.  See worker.c.
+ */
+#ifndef ROK_WORKER_H
+#define ROK_WORKER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "deque.h"
+#include "injector.h"
+#include "runq.h"
+
+struct worker {
+	/* Shared with thieves: its own cache lines (deque is 64-aligned). */
+	struct deque deque;                 /* stealable tasks */
+	struct injector inbox;              /* pinned tasks woken elsewhere */
+	_Alignas(64) _Atomic uint32_t park_word; /* 1 while parked */
+	_Atomic uint64_t steals;            /* written by the owner only */
+	_Atomic uint64_t parks;
+	_Atomic uint64_t polls;
+	_Atomic int64_t regs;               /* registrations delta */
+
+	/* Owner thread only. */
+	_Alignas(64) struct runq pinned;    /* tasks that only run here */
+	rok_task *lifo;                     /* most recently woken task */
+	unsigned lifo_polls;                /* LIFO runs in a row */
+	uint32_t tick;
+	uint32_t rng;
+	unsigned pinned_live;               /* unfinished tasks homed here */
+	uint16_t index;                     /* in executor.workers */
+	bool guest;                         /* a rok_block_on thread */
+	bool searching;
+	pthread_t thread;
+};
+
+/* A new worker (pool or guest) at executor index `index`; NULL on ENOMEM. */
+struct worker *worker_new(uint16_t index, bool guest);
+void worker_free(struct worker *w);     /* NULL-safe; queues must be empty */
+
+/* Thread entry of a pool worker. */
+void *worker_main(void *arg);
+
+/* Runs the calling guest worker until `root` finished and no task pinned to
+ * it is left. */
+void worker_run_guest(struct worker *w, rok_task *root);
+
+/* Queues `t` on the calling thread's worker `w` (owner only).  from_self: the
+ * task re-queues itself (a yield), so it goes to the back, never LIFO. */
+void worker_push_local(struct worker *w, rok_task *t, bool from_self);
+
+/* Wakes `w` if it is parked.  Any thread. */
+void worker_unpark(struct worker *w);
+
+/* Takes any one queued task of `w`, for the drain at stop (single thread). */
+rok_task *worker_take_any(struct worker *w);
+
+/* True if any pool deque or the injector holds a task. */
+bool worker_any_work(void);
+
+#endif /* ROK_WORKER_H */

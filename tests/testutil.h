@@ -1,0 +1,86 @@
+/*
+ * testutil.h — what every Check test of librok shares: the suite runner,
+ * the size divisor for sanitizer builds, and small task helpers.
+ *
+ * Each test runs in its own forked process (Check's default), so a test may
+ * set ROK_WORKERS and friends before its first spawn starts the runtime.
+ */
+#ifndef ROK_TESTUTIL_H
+#define ROK_TESTUTIL_H
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "rok/rok.h"
+
+/* Divisor for big counts: ROK_TEST_SCALE (sanitizer builds set it). */
+static inline long test_scale(long n)
+{
+	const char *s = getenv("ROK_TEST_SCALE");
+	long d = s != NULL ? atol(s) : 1;
+
+	if (d < 1)
+		d = 1;
+	return n / d > 0 ? n / d : 1;
+}
+
+/* Timeout for a tcase, stretched under sanitizers. */
+static inline int test_timeout(int seconds)
+{
+	return getenv("ROK_TEST_SCALE") != NULL ? seconds * 4 : seconds;
+}
+
+static inline void test_workers(int n)
+{
+	char buf[16];
+
+	snprintf(buf, sizeof(buf), "%d", n);
+	setenv("ROK_WORKERS", buf, 1);
+}
+
+static inline int test_run(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+/* CPU time (user + system) this process used so far, in seconds. */
+static inline double test_cpu_seconds(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+static inline void test_sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+/* Spawns and waits from the test's own thread; returns the value. */
+static inline void *test_spawn_wait(rok_poll_fn poll, const void *frame,
+                                    size_t size)
+{
+	rok_task *t;
+	void *v = NULL;
+
+	ck_assert_int_eq(rok_spawn(&t, poll, frame, size), 0);
+	ck_assert_int_eq(rok_task_wait(t, &v), 0);
+	rok_task_unref(t);
+	return v;
+}
+
+#endif /* ROK_TESTUTIL_H */

@@ -241,7 +241,7 @@ void rok__bad_pc(uint32_t pc);
 /* Ends the body with a value; the cleanup section runs next. */
 #define ROK_RETURN(cx, value)                                                \
 	do {                                                                 \
-		*(cx)->result = (void *)(value);                             \
+		*(cx)->result = (void *)(intptr_t)(value);                          \
 		goto rok__cleanup;                                           \
 	} while (0)
 

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "rok/rok.h"
 
@@ -316,6 +317,121 @@ static long bench_fanout_join(char *extra, size_t len)
 	return BENCH_TASKS;
 }
 
+/* ---- sleep_many ------------------------------------------------------- */
+
+static long bench_rss_kb(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	long pages = 0, rss = 0;
+
+	if (f == NULL)
+		return 0;
+	if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
+		rss = 0;
+	fclose(f);
+	return rss * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static long bench_peak_kb(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_maxrss;
+}
+
+struct bench_sleeper {
+	rok_sleep_op sleep;
+};
+
+static rok_poll bench_sleeper_poll(rok_cx *cx, void *frame)
+{
+	struct bench_sleeper *f = frame;
+
+	ROK_BEGIN(cx);
+	ROK_AWAIT(cx, rok_sleep(cx, &f->sleep, ROK_S(1)));
+	bench_finish_one();
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+static long bench_sleep_many(char *extra, size_t len)
+{
+	struct bench_sleeper f = { 0 };
+	long base = bench_rss_kb();
+
+	atomic_store(&bench_remaining, BENCH_TASKS);
+	for (long i = 0; i < BENCH_TASKS; i++)
+		bench_check("spawn", rok_spawn(NULL, bench_sleeper_poll, &f,
+		                               sizeof(f)));
+	bench_wait_all();
+	snprintf(extra, len, " baseline_kb=%ld rss_per_task_b=%ld", base,
+	         (bench_peak_kb() - base) * 1024 / BENCH_TASKS);
+	return BENCH_TASKS;
+}
+
+/* ---- timer_storm ------------------------------------------------------ */
+
+#define BENCH_STORM_TASKS  100000L
+#define BENCH_STORM_SLEEPS 10L
+
+static int64_t *bench_late;            /* lateness of every sleep, ns */
+static _Atomic long bench_late_n;
+
+struct bench_stormer {
+	uint32_t rng;
+	long i;
+	int64_t start, want;
+	rok_sleep_op sleep;
+};
+
+static rok_poll bench_stormer_poll(rok_cx *cx, void *frame)
+{
+	struct bench_stormer *f = frame;
+
+	ROK_BEGIN(cx);
+	for (f->i = 0; f->i < BENCH_STORM_SLEEPS; f->i++) {
+		f->rng = f->rng * 1103515245u + 12345u;
+		f->want = ROK_MS(1 + (f->rng >> 8) % 100);
+		f->start = rok_now();
+		ROK_AWAIT(cx, rok_sleep(cx, &f->sleep, f->want));
+		bench_late[atomic_fetch_add(&bench_late_n, 1)] =
+			rok_now() - f->start - f->want;
+	}
+	bench_finish_one();
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+static int bench_cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+static long bench_timer_storm(char *extra, size_t len)
+{
+	long n = BENCH_STORM_TASKS * BENCH_STORM_SLEEPS;
+
+	bench_late = malloc((size_t)n * sizeof(*bench_late));
+	if (bench_late == NULL)
+		bench_die("malloc", -ENOMEM);
+	atomic_store(&bench_remaining, BENCH_STORM_TASKS);
+	for (long i = 0; i < BENCH_STORM_TASKS; i++) {
+		struct bench_stormer f = { .rng = (uint32_t)i * 2654435761u };
+		bench_check("spawn", rok_spawn(NULL, bench_stormer_poll, &f,
+		                               sizeof(f)));
+	}
+	bench_wait_all();
+	qsort(bench_late, (size_t)n, sizeof(*bench_late), bench_cmp_i64);
+	snprintf(extra, len, " p50_late_us=%.1f p99_late_us=%.1f max_late_us=%.1f",
+	         (double)bench_late[n / 2] / 1e3,
+	         (double)bench_late[n * 99 / 100] / 1e3,
+	         (double)bench_late[n - 1] / 1e3);
+	free(bench_late);
+	return n;
+}
+
 /* ---- main ------------------------------------------------------------- */
 
 static const struct bench_workload {
@@ -328,6 +444,8 @@ static const struct bench_workload {
 	{ "chained_spawn", bench_chained_spawn },
 	{ "ping_pong", bench_ping_pong },
 	{ "fanout_join", bench_fanout_join },
+	{ "sleep_many", bench_sleep_many },
+	{ "timer_storm", bench_timer_storm },
 };
 
 static void bench_usage(FILE *to)
@@ -362,10 +480,8 @@ int main(int argc, char **argv)
 	long n = w->run(extra, sizeof(extra));
 	double secs = bench_now() - t0;
 
-	struct rusage ru;
-	getrusage(RUSAGE_SELF, &ru);
 	printf("workload=%s n=%ld seconds=%.3f rate=%.0f maxrss_kb=%ld%s\n",
-	       w->name, n, secs, (double)n / secs, ru.ru_maxrss, extra);
+	       w->name, n, secs, (double)n / secs, bench_peak_kb(), extra);
 	bench_check("stop", rok_stop());
 	return 0;
 }

@@ -320,20 +320,50 @@ void task_run(rok_task *t)
 		return;
 	}
 
-	if (!cx.cancelled_exit)
+	if ((t->flags & TASK_F_PINNED) && me->worker != NULL &&
+	    me->worker->pinned_live > 0)
+		me->worker->pinned_live--;
+	task_complete(t, result, !cx.cancelled_exit);
+}
+
+void task_complete(rok_task *t, void *result, bool has_value)
+{
+	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
+	uint64_t n;
+
+	if (has_value)
 		t->u.result = result;
 	do {
 		n = (s & ~(uint64_t)(TASK_RUNNING | TASK_NOTIFIED)) |
-		    TASK_COMPLETE | (cx.cancelled_exit ? 0 : TASK_HAS_VALUE);
+		    TASK_COMPLETE | (has_value ? TASK_HAS_VALUE : 0);
 		/* Release: publishes the value to joiners. */
 	} while (!atomic_compare_exchange_weak_explicit(
 		&t->state, &s, n, memory_order_acq_rel, memory_order_relaxed));
 	if (s & TASK_HAS_JOINER)
 		task_wake_joiners(t);
-	if ((t->flags & TASK_F_PINNED) && me->worker != NULL &&
-	    me->worker->pinned_live > 0)
-		me->worker->pinned_live--;
 	rok_task_unref(t);   /* the runtime's reference */
+}
+
+int task_new_external(rok_task **out, size_t size)
+{
+	struct executor_thread *me = &executor_tls;
+	uint8_t cls;
+
+	*out = NULL;
+	rok_task *t = frame_alloc(&me->cache, sizeof(*t) + size, &cls);
+	if (t == NULL)
+		return -ENOMEM;
+	memset(t, 0, sizeof(*t) + size);
+	t->id = executor_next_id();
+	t->home = TASK_HOME_ANY;
+	t->size_class = cls;
+	t->flags = TASK_F_EXTERNAL;
+	/* RUNNING for good: wakes and cancels only mark it, never queue it.
+	 * Relaxed: the caller publishes it with the handle. */
+	atomic_store_explicit(&t->state, TASK_RUNNING | 2 * TASK_REF_ONE,
+	                      memory_order_relaxed);
+	*out = t;
+	return 0;
 }
 
 /* ---- handles ---------------------------------------------------------- */
@@ -358,8 +388,8 @@ bool task_cancel_for_stop(rok_task *t)
 {
 	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
 
-	if (s == 0 || (s & TASK_COMPLETE))
-		return false;
+	if (s == 0 || (s & TASK_COMPLETE) || (t->flags & TASK_F_EXTERNAL))
+		return false;   /* free, finished, or ended by its own driver */
 	rok_task_cancel(t);
 	return true;
 }

@@ -43,6 +43,7 @@ enum {
 enum {
 	TASK_F_YIELDED = 1u << 0,   /* rok_yield_now gave way once already */
 	TASK_F_PINNED  = 1u << 1,   /* counted in its home's pinned_live */
+	TASK_F_EXTERNAL = 1u << 2,  /* never polled: see task_new_external */
 };
 
 struct rok_task {
@@ -72,6 +73,19 @@ static inline void *task_frame(rok_task *t)
  * executor must be started.  Returns 0 or -errno. */
 int task_spawn(rok_task **out, rok_poll_fn poll, const void *frame,
                size_t size, uint16_t home, bool cancelled);
+
+/* Ends a task with a value (has_value) or without (cancelled), wakes its
+ * joiners and drops the runtime's reference.  The caller polled it or owns
+ * it as an external task. */
+void task_complete(rok_task *t, void *result, bool has_value);
+
+/*
+ * A task driven from outside the executor (a blocking job, an OS thread):
+ * never queued or polled, ended by task_complete().  *out gets two
+ * references: the runtime's (dropped by task_complete) and the caller's
+ * handle.  The frame (size bytes, zeroed) is the driver's.  0 or -ENOMEM.
+ */
+int task_new_external(rok_task **out, size_t size);
 
 /* A finished task's outcome: 0 with its value, or -ECANCELED. */
 int task_result(rok_task *t, void **result);

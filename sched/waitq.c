@@ -26,6 +26,12 @@ void waitq_link(rok_waiter **head, rok_waiter *w, rok_cx *cx,
 	w->release = release;
 	w->queue = queue;
 	atomic_store_explicit(&w->state, WAITQ_QUEUED, memory_order_relaxed);
+	waitq_append(head, w);
+	executor_regs_add(1);
+}
+
+void waitq_append(rok_waiter **head, rok_waiter *w)
+{
 	if (*head == NULL) {
 		w->next = w->prev = w;
 		*head = w;
@@ -36,7 +42,6 @@ void waitq_link(rok_waiter **head, rok_waiter *w, rok_cx *cx,
 		w->next = *head;
 		(*head)->prev = w;
 	}
-	executor_regs_add(1);
 }
 
 static void waitq_remove(rok_waiter **head, rok_waiter *w)

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "executor.h"
@@ -36,6 +37,7 @@
 #include "worker.h"
 
 #define WORKER_REMOTE_INTERVAL 61
+#define WORKER_TIMER_INTERVAL  32
 #define WORKER_LIFO_MAX        3
 #define WORKER_STEAL_MAX       256
 
@@ -52,6 +54,7 @@ struct worker *worker_new(uint16_t index, bool guest)
 	}
 	w->index = index;
 	w->guest = guest;
+	timer_init(&w->timers);
 	w->rng = 0x9e3779b9u * (index + 1u);
 	return w;
 }
@@ -233,16 +236,40 @@ static bool worker_stopping(void)
 	       EXECUTOR_STOPPING;
 }
 
-/* Sleeps on park_word until unparked; the word must already be 1. */
+/*
+ * Sleeps on park_word until unparked or until its next timer is due; the
+ * word must already be 1.  Clears the word before returning.
+ */
 static void worker_sleep(struct worker *w)
 {
-	while (atomic_load(&w->park_word) == 1 && !worker_stopping())
-		syscall(SYS_futex, &w->park_word, FUTEX_WAIT_PRIVATE, 1, NULL,
+	while (atomic_load(&w->park_word) == 1 && !worker_stopping()) {
+		int64_t next = timer_next(&w->timers);
+		struct timespec ts, *tsp = NULL;
+		if (next != INT64_MAX) {
+			int64_t d = next - rok_now();
+			if (d <= 0)
+				break;
+			ts.tv_sec = d / 1000000000;
+			ts.tv_nsec = d % 1000000000;
+			tsp = &ts;
+		}
+		syscall(SYS_futex, &w->park_word, FUTEX_WAIT_PRIVATE, 1, tsp,
 		        NULL, 0);
+	}
+	atomic_store(&w->park_word, 0);
+}
+
+/* Fires this worker's due timers; true if any task was woken. */
+static bool worker_fire_timers(struct worker *w)
+{
+	return timer_armed(&w->timers) &&
+	       timer_fire(&w->timers, rok_now()) > 0;
 }
 
 static void worker_park(struct worker *w)
 {
+	if (worker_fire_timers(w))
+		return;
 	/* Set before the worker shows up as a sleeper, so an unpark that
 	 * picks it finds 1 and issues the futex wake. */
 	atomic_store(&w->park_word, 1);
@@ -300,6 +327,8 @@ void *worker_main(void *arg)
 	if (executor.thread_per_core)
 		worker_pin_cpu(w);
 	while (!worker_stopping()) {
+		if (w->tick % WORKER_TIMER_INTERVAL == 0)
+			worker_fire_timers(w);
 		rok_task *t = worker_next(w);
 		if (t == NULL)
 			t = worker_steal(w);
@@ -319,6 +348,8 @@ void *worker_main(void *arg)
 void worker_run_guest(struct worker *w, rok_task *root)
 {
 	while (!rok_task_is_finished(root) || w->pinned_live > 0) {
+		if (++w->tick % WORKER_TIMER_INTERVAL == 0)
+			worker_fire_timers(w);
 		rok_task *t = runq_pop(&w->pinned);
 		if (t == NULL)
 			t = worker_take_remote(w);
@@ -326,6 +357,8 @@ void worker_run_guest(struct worker *w, rok_task *root)
 			task_run(t);
 			continue;
 		}
+		if (worker_fire_timers(w))
+			continue;
 		atomic_store(&w->park_word, 1);
 		if (!injector_is_empty(&w->inbox))
 			atomic_store(&w->park_word, 0);

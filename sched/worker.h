@@ -12,6 +12,7 @@
 #include "deque.h"
 #include "injector.h"
 #include "runq.h"
+#include "timer.h"
 
 struct worker {
 	/* Shared with thieves: its own cache lines (deque is 64-aligned). */
@@ -22,6 +23,7 @@ struct worker {
 	_Atomic uint64_t parks;
 	_Atomic uint64_t polls;
 	_Atomic int64_t regs;               /* registrations delta */
+	struct timer_wheel timers;          /* sleeps of tasks run here */
 
 	/* Owner thread only. */
 	_Alignas(64) struct runq pinned;    /* tasks that only run here */

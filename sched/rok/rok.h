@@ -266,6 +266,30 @@ void rok__bad_pc(uint32_t pc);
 
 /* ---- awaitable operations --------------------------------------------- */
 
+/* The monotonic clock, in nanoseconds. */
+int64_t rok_now(void);
+
+#define ROK_US(n) ((int64_t)(n) * 1000)
+#define ROK_MS(n) ((int64_t)(n) * 1000000)
+#define ROK_S(n)  ((int64_t)(n) * 1000000000)
+
+/* A sleep's state, in the frame.  Start it zeroed. */
+typedef struct rok_sleep_op {
+	rok_waiter w;
+	int64_t deadline;
+	bool started;
+} rok_sleep_op;
+
+/*
+ * Sleeps `ns` nanoseconds, counted from the first poll; never wakes early.
+ * Cancelling the task removes the timer at once.  The same op may be used
+ * again after it finished (in a loop).
+ */
+rok_poll rok_sleep(rok_cx *cx, rok_sleep_op *op, int64_t ns);
+
+/* Sleeps until rok_now() >= deadline. */
+rok_poll rok_sleep_until(rok_cx *cx, rok_sleep_op *op, int64_t deadline);
+
 /* Gives the worker to every other ready task once. */
 rok_poll rok_yield_now(rok_cx *cx);
 

@@ -1,0 +1,257 @@
+/*
+ * timer.c — sleeps: a hierarchical timing wheel per worker.
+ *
+ * Time is counted in ticks of 2^16 ns (65.5 us).  Six levels of 64 slots
+ * each cover 2^52 ns (52 days); later deadlines wait in the last level and
+ * are re-filed as the wheel turns.  A timer sits at the level of the highest
+ * tick bit in which its deadline differs from `elapsed` (the time processed
+ * so far), so every timer of a lower level is due before any of a higher
+ * one, and the next expiry is found by scanning each level's 64-bit
+ * occupancy word (Tokio's design; its wheel counts in 1 ms ticks).
+ *
+ * Deadlines are rounded up to a tick, so a timer never fires early; it
+ * fires late by at most a tick plus the time its worker takes to look: a
+ * busy worker looks every 32 polls, an idle one parks until timer_next().
+ *
+ * The timer node is the rok_waiter inside the sleeping frame's rok_sleep_op,
+ * linked into a slot list; `aux` records its level and slot.  A sleep
+ * registers in the wheel of the worker it runs on; cancelling it unlinks
+ * the node at once from whichever thread polls the cancelled task, hence
+ * the lock (uncontended in the common case: the owner fires its own wheel).
+ */
+#include <stddef.h>
+#include <string.h>
+#include <time.h>
+
+#include "executor.h"
+#include "task.h"
+#include "timer.h"
+#include "waitq.h"
+#include "worker.h"
+
+#define TIMER_TICK_SHIFT 16
+#define TIMER_BITS       6                      /* log2(TIMER_SLOTS) */
+#define TIMER_MAX_TICKS  ((uint64_t)1 << (TIMER_BITS * TIMER_LEVELS))
+#define TIMER_FIRE_BATCH 64
+
+int64_t rok_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static uint64_t timer_tick_ceil(int64_t ns)
+{
+	if (ns <= 0)
+		return 0;
+	return ((uint64_t)ns + (1u << TIMER_TICK_SHIFT) - 1) >> TIMER_TICK_SHIFT;
+}
+
+static uint64_t timer_tick_floor(int64_t ns)
+{
+	return ns <= 0 ? 0 : (uint64_t)ns >> TIMER_TICK_SHIFT;
+}
+
+static void timer_release(rok_waiter *w);
+
+static rok_sleep_op *timer_op(rok_waiter *w)
+{
+	return (rok_sleep_op *)((char *)w - offsetof(rok_sleep_op, w));
+}
+
+void timer_init(struct timer_wheel *tw)
+{
+	memset(tw, 0, sizeof(*tw));
+	tw->elapsed = timer_tick_floor(rok_now());
+}
+
+/*
+ * Lock held.  Files `w` by its deadline relative to tw->elapsed: a new
+ * registration for the task in `cx`, or (cx NULL) a node that moves to
+ * another slot as the wheel turns.
+ */
+static void timer_file(struct timer_wheel *tw, rok_waiter *w, uint64_t when,
+                       rok_cx *cx)
+{
+	if (when <= tw->elapsed)
+		when = tw->elapsed;   /* due: goes to the current level-0 slot */
+	if (when - tw->elapsed >= TIMER_MAX_TICKS)
+		when = tw->elapsed + TIMER_MAX_TICKS - 1;
+	uint64_t diff = (when ^ tw->elapsed) | 1;   /* |1: level 0 when equal */
+	unsigned level = (unsigned)(63 - __builtin_clzll(diff)) / TIMER_BITS;
+	unsigned slot = (unsigned)(when >> (level * TIMER_BITS)) &
+	                (TIMER_SLOTS - 1);
+	w->aux = level * TIMER_SLOTS + slot;
+	if (cx != NULL)
+		waitq_link(&tw->slots[level][slot], w, cx, timer_release, tw);
+	else
+		waitq_append(&tw->slots[level][slot], w);
+	tw->occupied[level] |= (uint64_t)1 << slot;
+}
+
+static void timer_unfile(struct timer_wheel *tw, rok_waiter *w)
+{
+	unsigned level = w->aux / TIMER_SLOTS, slot = w->aux % TIMER_SLOTS;
+
+	if (waitq_unlink(&tw->slots[level][slot], w) &&
+	    tw->slots[level][slot] == NULL)
+		tw->occupied[level] &= ~((uint64_t)1 << slot);
+}
+
+static void timer_release(rok_waiter *w)
+{
+	struct timer_wheel *tw = w->queue;
+
+	spin_lock(&tw->lock);
+	if (atomic_load_explicit(&w->state, memory_order_relaxed) ==
+	    WAITQ_QUEUED) {
+		timer_unfile(tw, w);
+		atomic_fetch_sub_explicit(&tw->count, 1, memory_order_relaxed);
+	}
+	spin_unlock(&tw->lock);
+}
+
+/*
+ * Lock held.  The next occupied slot: its level, slot and the tick at which
+ * it starts.  False if the wheel is empty.
+ */
+static bool timer_next_slot(struct timer_wheel *tw, unsigned *level,
+                            unsigned *slot, uint64_t *start)
+{
+	for (unsigned l = 0; l < TIMER_LEVELS; l++) {
+		uint64_t occ = tw->occupied[l];
+		if (occ == 0)
+			continue;
+		unsigned shift = l * TIMER_BITS;
+		unsigned now_slot = (unsigned)(tw->elapsed >> shift) &
+		                    (TIMER_SLOTS - 1);
+		/* Rotate so that the current slot is bit 0. */
+		uint64_t rot = now_slot == 0 ? occ
+		                             : (occ >> now_slot) |
+		                                       (occ << (64 - now_slot));
+		unsigned s = (now_slot + (unsigned)__builtin_ctzll(rot)) &
+		             (TIMER_SLOTS - 1);
+		uint64_t level_span = (uint64_t)1 << (shift + TIMER_BITS);
+		uint64_t base = tw->elapsed & ~(level_span - 1);
+		uint64_t t = base + ((uint64_t)s << shift);
+		if (t < (tw->elapsed & ~(((uint64_t)1 << shift) - 1)))
+			t += level_span;   /* wrapped into the next turn */
+		*level = l;
+		*slot = s;
+		*start = t;
+		return true;
+	}
+	return false;
+}
+
+int64_t timer_next(struct timer_wheel *tw)
+{
+	unsigned level, slot;
+	uint64_t start;
+	int64_t next = INT64_MAX;
+
+	if (!timer_armed(tw))
+		return next;
+	spin_lock(&tw->lock);
+	if (timer_next_slot(tw, &level, &slot, &start))
+		next = (int64_t)((start > tw->elapsed ? start : tw->elapsed)
+		                 << TIMER_TICK_SHIFT);
+	spin_unlock(&tw->lock);
+	return next;
+}
+
+unsigned timer_fire(struct timer_wheel *tw, int64_t now)
+{
+	uint64_t now_tick = timer_tick_floor(now);
+	rok_task *due[TIMER_FIRE_BATCH];
+	unsigned total = 0, n = 0;
+	unsigned level, slot;
+	uint64_t start;
+
+	if (!timer_armed(tw))
+		return 0;
+	spin_lock(&tw->lock);
+	while (timer_next_slot(tw, &level, &slot, &start) && start <= now_tick) {
+		if (start > tw->elapsed)
+			tw->elapsed = start;
+		rok_waiter *list = tw->slots[level][slot];
+		tw->slots[level][slot] = NULL;
+		tw->occupied[level] &= ~((uint64_t)1 << slot);
+		/* Re-file or fire every node of the slot.  The list is
+		 * detached, so walk it by hand. */
+		while (list != NULL) {
+			rok_waiter *w = list;
+			if (w->next == w) {
+				list = NULL;
+			} else {
+				w->prev->next = w->next;
+				w->next->prev = w->prev;
+				list = w->next;
+			}
+			uint64_t when = timer_tick_ceil(timer_op(w)->deadline);
+			w->next = w->prev = w;
+			if (when > now_tick) {
+				/* Not due: file it again, relative to the
+				 * advanced elapsed; it lands at a lower level. */
+				timer_file(tw, w, when, NULL);
+				continue;
+			}
+			rok_waiter *single = w;
+			due[n++] = waitq_take(&single);
+			atomic_fetch_sub_explicit(&tw->count, 1,
+			                          memory_order_relaxed);
+			if (n == TIMER_FIRE_BATCH) {
+				spin_unlock(&tw->lock);
+				for (unsigned i = 0; i < n; i++)
+					task_wake_by_val(due[i]);
+				total += n;
+				n = 0;
+				spin_lock(&tw->lock);
+			}
+		}
+	}
+	if (now_tick > tw->elapsed)
+		tw->elapsed = now_tick;
+	spin_unlock(&tw->lock);
+	for (unsigned i = 0; i < n; i++)
+		task_wake_by_val(due[i]);
+	return total + n;
+}
+
+/* Ready if op->deadline passed at `now`, else arms the timer. */
+static rok_poll timer_wait(rok_cx *cx, rok_sleep_op *op, int64_t now)
+{
+	if (now >= op->deadline) {
+		op->started = false;   /* the op may be used again */
+		return ROK_READY;
+	}
+	struct timer_wheel *tw = &executor_tls.worker->timers;
+	spin_lock(&tw->lock);
+	timer_file(tw, &op->w, timer_tick_ceil(op->deadline), cx);
+	atomic_fetch_add_explicit(&tw->count, 1, memory_order_relaxed);
+	spin_unlock(&tw->lock);
+	return ROK_PENDING;
+}
+
+rok_poll rok_sleep_until(rok_cx *cx, rok_sleep_op *op, int64_t deadline)
+{
+	if (waitq_begin(cx, &op->w))
+		return ROK_PENDING;
+	op->deadline = deadline;
+	return timer_wait(cx, op, rok_now());
+}
+
+rok_poll rok_sleep(rok_cx *cx, rok_sleep_op *op, int64_t ns)
+{
+	if (waitq_begin(cx, &op->w))
+		return ROK_PENDING;
+	int64_t now = rok_now();
+	/* The first poll fixes the deadline; a later poll keeps it. */
+	if (!op->started) {
+		op->started = true;
+		op->deadline = now + (ns > 0 ? ns : 0);
+	}
+	return timer_wait(cx, op, now);
+}

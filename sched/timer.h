@@ -1,0 +1,38 @@
+/*
+ * timer.h — a hierarchical timing wheel per worker.  See timer.c.
+ */
+#ifndef ROK_TIMER_H
+#define ROK_TIMER_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "rok/rok.h"
+#include "spin.h"
+
+#define TIMER_LEVELS 6
+#define TIMER_SLOTS  64
+
+struct timer_wheel {
+	struct spin lock;
+	_Atomic uint64_t count;        /* armed timers; read unlocked as a hint */
+	uint64_t elapsed;              /* ticks processed up to */
+	uint64_t occupied[TIMER_LEVELS];
+	rok_waiter *slots[TIMER_LEVELS][TIMER_SLOTS];
+};
+
+void timer_init(struct timer_wheel *tw);
+
+/* Wakes every timer due at `now` (ns).  Returns how many.  Any thread, but
+ * meant for the wheel's worker. */
+unsigned timer_fire(struct timer_wheel *tw, int64_t now);
+
+/* The earliest time (ns) a timer may be due, or INT64_MAX. */
+int64_t timer_next(struct timer_wheel *tw);
+
+static inline bool timer_armed(struct timer_wheel *tw)
+{
+	return atomic_load_explicit(&tw->count, memory_order_relaxed) != 0;
+}
+
+#endif /* ROK_TIMER_H */

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "executor.h"
+#include "monitor.h"
 #include "task.h"
 #include "worker.h"
 
@@ -28,6 +29,7 @@
 
 struct executor executor = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.slot_lock = PTHREAD_MUTEX_INITIALIZER,
 	.next_id = 1,
 };
 
@@ -146,6 +148,11 @@ static int executor_start_locked(void)
 		}
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err == 0 && (err = monitor_start()) < 0) {
+		executor_join(n);
+		executor_free_locked();
+		atomic_store(&executor.state, EXECUTOR_STOPPED);
+	}
 	return err;
 }
 
@@ -175,17 +182,21 @@ static void executor_cancel_cb(void *frame, void *arg)
 		*(bool *)arg = true;
 }
 
-/* Runs queued tasks of every pool worker until all queues are empty. */
+/* Runs queued tasks of every worker (pool and helpers) until all queues
+ * are empty. */
 static void executor_drain_queues(void)
 {
 	bool progress;
 
 	do {
 		progress = false;
-		for (unsigned i = 0; i < executor.nworkers; i++) {
+		for (unsigned i = 0; i < executor.nworkers + EXECUTOR_MAX_GUESTS;
+		     i++) {
 			struct worker *w = atomic_load_explicit(
 				&executor.workers[i], memory_order_relaxed);
 			rok_task *t;
+			if (w == NULL)
+				continue;
 			while ((t = worker_take_any(w)) != NULL) {
 				task_run(t);
 				progress = true;
@@ -208,6 +219,7 @@ int rok_stop(void)
 		return -EBUSY;
 	}
 	executor_join(executor.nworkers);
+	monitor_stop();
 
 	/* Alone now: act as worker 0 and drive every task to its end. */
 	executor_tls.worker = atomic_load_explicit(&executor.workers[0],
@@ -221,6 +233,7 @@ int rok_stop(void)
 	executor_tls.worker = NULL;
 
 	executor_free_locked();
+	monitor_free();
 	frame_release_all();
 	atomic_store_explicit(&executor.regs_foreign, 0, memory_order_relaxed);
 	atomic_store(&executor.state, EXECUTOR_STOPPED);
@@ -311,34 +324,59 @@ int rok_spawn_local(rok_task **out, rok_poll_fn poll, const void *frame,
 	return task_spawn(out, poll, frame, size, me->index, mode == 1);
 }
 
-/* Takes a guest slot for the calling thread: 0 or -errno. */
-static int executor_guest_enter(struct worker **out)
+int executor_slot_take(struct worker **out, bool guest)
 {
 	int err = -EAGAIN;
 
-	pthread_mutex_lock(&executor.lock);
-	if (!executor_running()) {
-		err = -ESHUTDOWN;
-		goto out;
-	}
+	pthread_mutex_lock(&executor.slot_lock);
 	for (unsigned i = executor.nworkers;
 	     i < executor.nworkers + EXECUTOR_MAX_GUESTS; i++) {
 		if (atomic_load_explicit(&executor.workers[i],
 		                         memory_order_relaxed) != NULL)
 			continue;
-		struct worker *w = worker_new((uint16_t)i, true);
+		struct worker *w = worker_new((uint16_t)i, guest);
 		if (w == NULL) {
 			err = -ENOMEM;
 			break;
 		}
 		atomic_store_explicit(&executor.workers[i], w,
 		                      memory_order_relaxed);
-		executor_nguests++;
 		*out = w;
 		err = 0;
 		break;
 	}
-out:
+	pthread_mutex_unlock(&executor.slot_lock);
+	return err;
+}
+
+void executor_slot_put(struct worker *w)
+{
+	pthread_mutex_lock(&executor.slot_lock);
+	atomic_store_explicit(&executor.workers[w->index], NULL,
+	                      memory_order_relaxed);
+	/* Its counts live on in the shared totals. */
+	atomic_fetch_add_explicit(&executor.regs_foreign,
+	                          atomic_load_explicit(&w->regs,
+	                                               memory_order_relaxed),
+	                          memory_order_relaxed);
+	executor.retired_polls += atomic_load_explicit(&w->polls,
+	                                               memory_order_relaxed);
+	executor.retired_steals += atomic_load_explicit(&w->steals,
+	                                                memory_order_relaxed);
+	pthread_mutex_unlock(&executor.slot_lock);
+	worker_free(w);
+}
+
+/* Takes a guest slot for the calling thread: 0 or -errno. */
+static int executor_guest_enter(struct worker **out)
+{
+	int err;
+
+	pthread_mutex_lock(&executor.lock);
+	if (!executor_running())
+		err = -ESHUTDOWN;
+	else if ((err = executor_slot_take(out, true)) == 0)
+		executor_nguests++;
 	pthread_mutex_unlock(&executor.lock);
 	return err;
 }
@@ -346,15 +384,9 @@ out:
 static void executor_guest_leave(struct worker *w)
 {
 	pthread_mutex_lock(&executor.lock);
-	atomic_store_explicit(&executor.workers[w->index], NULL,
-	                      memory_order_relaxed);
 	executor_nguests--;
-	atomic_fetch_add_explicit(&executor.regs_foreign,
-	                          atomic_load_explicit(&w->regs,
-	                                               memory_order_relaxed),
-	                          memory_order_relaxed);
 	pthread_mutex_unlock(&executor.lock);
-	worker_free(w);
+	executor_slot_put(w);
 }
 
 int rok_block_on(rok_poll_fn poll, const void *frame, size_t size,
@@ -387,6 +419,7 @@ void rok_stats_get(struct rok_stats *st)
 {
 	memset(st, 0, sizeof(*st));
 	pthread_mutex_lock(&executor.lock);
+	pthread_mutex_lock(&executor.slot_lock);   /* helpers come and go */
 	if (executor_running()) {
 		st->workers = executor.nworkers;
 		st->searching = idle_searching(&executor.idle);
@@ -409,6 +442,10 @@ void rok_stats_get(struct rok_stats *st)
 	}
 	st->registrations += atomic_load_explicit(&executor.regs_foreign,
 	                                          memory_order_relaxed);
+	st->handoffs = monitor_helpers();
+	st->polls += executor.retired_polls;
+	st->steals += executor.retired_steals;
+	pthread_mutex_unlock(&executor.slot_lock);
 	pthread_mutex_unlock(&executor.lock);
 }
 

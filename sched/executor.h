@@ -36,7 +36,10 @@ struct executor {
 	_Atomic uint64_t next_id;
 	_Atomic uint32_t next_home;        /* round robin of remote spawns (TPC) */
 	_Atomic int64_t regs_foreign;      /* registrations counted off-worker */
-	pthread_mutex_t lock;              /* start, stop, guest slots */
+	pthread_mutex_t lock;              /* start, stop, guest count */
+	pthread_mutex_t slot_lock;         /* spare slots; after `lock` */
+	uint64_t retired_polls;            /* of freed slots; under slot_lock */
+	uint64_t retired_steals;
 };
 
 extern struct executor executor;
@@ -69,6 +72,15 @@ uint64_t executor_next_id(void);
 
 /* Counts wait registrations made (+1) or released (-1) by this thread. */
 void executor_regs_add(int64_t delta);
+
+/*
+ * Takes a spare slot of executor.workers (after the pool's) for a new worker
+ * struct: a guest (block_on) or a helper (monitor.c).  0 or -errno.
+ */
+int executor_slot_take(struct worker **out, bool guest);
+
+/* Gives the slot back and frees the worker (its queues must be empty). */
+void executor_slot_put(struct worker *w);
 
 /* Wakes a worker that idle_notify picked, or none. */
 void executor_notify(void);

@@ -154,7 +154,7 @@ int task_spawn(rok_task **out, rok_poll_fn poll, const void *frame,
 	if (home != TASK_HOME_ANY && me->worker != NULL &&
 	    me->worker->index == home) {
 		t->flags |= TASK_F_PINNED;   /* block_on waits for these */
-		me->worker->pinned_live++;
+		worker_set_pinned(me->worker, 1);
 	}
 	if (size > 0)
 		memcpy(task_frame(t), frame, size);
@@ -321,8 +321,9 @@ void task_run(rok_task *t)
 	}
 
 	if ((t->flags & TASK_F_PINNED) && me->worker != NULL &&
-	    me->worker->pinned_live > 0)
-		me->worker->pinned_live--;
+	    atomic_load_explicit(&me->worker->pinned_live,
+	                         memory_order_relaxed) > 0)
+		worker_set_pinned(me->worker, -1);
 	task_complete(t, result, !cx.cancelled_exit);
 }
 

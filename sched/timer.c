@@ -227,7 +227,7 @@ static rok_poll timer_wait(rok_cx *cx, rok_sleep_op *op, int64_t now)
 		op->started = false;   /* the op may be used again */
 		return ROK_READY;
 	}
-	struct timer_wheel *tw = &executor_tls.worker->timers;
+	struct timer_wheel *tw = executor_tls.worker->wheel;
 	spin_lock(&tw->lock);
 	timer_file(tw, &op->w, timer_tick_ceil(op->deadline), cx);
 	atomic_fetch_add_explicit(&tw->count, 1, memory_order_relaxed);

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "executor.h"
+#include "monitor.h"
 #include "task.h"
 #include "worker.h"
 
@@ -55,6 +56,7 @@ struct worker *worker_new(uint16_t index, bool guest)
 	w->index = index;
 	w->guest = guest;
 	timer_init(&w->timers);
+	w->wheel = &w->timers;
 	w->rng = 0x9e3779b9u * (index + 1u);
 	return w;
 }
@@ -84,6 +86,18 @@ static void worker_count(_Atomic uint64_t *c)
 	/* Only the owner writes: a relaxed load and store, no RMW. */
 	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
 	                      memory_order_relaxed);
+}
+
+void worker_run_task(struct worker *w, rok_task *t)
+{
+	/* poll_seq is odd while the poll runs; the monitor reads it to find
+	 * a worker stuck in one poll.  Relaxed: it only needs to see the
+	 * number change eventually. */
+	uint32_t seq = atomic_load_explicit(&w->poll_seq, memory_order_relaxed);
+	atomic_store_explicit(&w->poll_seq, seq + 1, memory_order_relaxed);
+	worker_count(&w->polls);
+	task_run(t);
+	atomic_store_explicit(&w->poll_seq, seq + 2, memory_order_relaxed);
 }
 
 void worker_unpark(struct worker *w)
@@ -119,8 +133,10 @@ void worker_push_local(struct worker *w, rok_task *t, bool from_self)
 		return;
 	}
 	if (!from_self && executor.lifo) {
-		rok_task *prev = w->lifo;
-		w->lifo = t;
+		/* acq_rel: publishes `t` to a helper that may take the slot,
+		 * and takes back what the slot held. */
+		rok_task *prev = atomic_exchange_explicit(&w->lifo, t,
+		                                          memory_order_acq_rel);
 		if (prev == NULL)
 			return;   /* nothing stealable was added: wake nobody */
 		t = prev;
@@ -167,9 +183,9 @@ static rok_task *worker_next(struct worker *w)
 	if (++w->tick % WORKER_REMOTE_INTERVAL == 0 &&
 	    (t = worker_take_remote(w)) != NULL)
 		return t;
-	if (w->lifo != NULL) {
-		t = w->lifo;
-		w->lifo = NULL;
+	if (atomic_load_explicit(&w->lifo, memory_order_relaxed) != NULL &&
+	    (t = atomic_exchange_explicit(&w->lifo, NULL,
+	                                  memory_order_acquire)) != NULL) {
 		if (w->lifo_polls++ < WORKER_LIFO_MAX)
 			return t;
 		worker_push_deque(w, t);   /* its turn is over: go to the back */
@@ -187,19 +203,14 @@ static rok_task *worker_next(struct worker *w)
 	return worker_take_remote(w);
 }
 
-static rok_task *worker_steal(struct worker *w)
+/* Takes half the deque of the first non-empty pool worker, starting at a
+ * random one; keeps all but the first task in its own deque. */
+static rok_task *worker_steal_from_pool(struct worker *w)
 {
 	unsigned n = executor.nworkers;
 	void *buf[WORKER_STEAL_MAX];
-
-	if (executor.thread_per_core || n < 2)
-		return NULL;
-	if (!w->searching) {
-		if (!idle_begin_search(&executor.idle))
-			return NULL;
-		w->searching = true;
-	}
 	unsigned start = worker_rand(w) % n;
+
 	for (unsigned i = 0; i < n; i++) {
 		unsigned v = (start + i) % n;
 		if (v == w->index)
@@ -214,7 +225,22 @@ static rok_task *worker_steal(struct worker *w)
 		worker_count(&w->steals);
 		return buf[0];
 	}
-	return worker_take_remote(w);
+	return NULL;
+}
+
+static rok_task *worker_steal(struct worker *w)
+{
+	unsigned n = executor.nworkers;
+
+	if (executor.thread_per_core || n < 2)
+		return NULL;
+	if (!w->searching) {
+		if (!idle_begin_search(&executor.idle))
+			return NULL;
+		w->searching = true;
+	}
+	rok_task *t = worker_steal_from_pool(w);
+	return t != NULL ? t : worker_take_remote(w);
 }
 
 bool worker_any_work(void)
@@ -243,7 +269,7 @@ static bool worker_stopping(void)
 static void worker_sleep(struct worker *w)
 {
 	while (atomic_load(&w->park_word) == 1 && !worker_stopping()) {
-		int64_t next = timer_next(&w->timers);
+		int64_t next = timer_next(w->wheel);
 		struct timespec ts, *tsp = NULL;
 		if (next != INT64_MAX) {
 			int64_t d = next - rok_now();
@@ -262,8 +288,7 @@ static void worker_sleep(struct worker *w)
 /* Fires this worker's due timers; true if any task was woken. */
 static bool worker_fire_timers(struct worker *w)
 {
-	return timer_armed(&w->timers) &&
-	       timer_fire(&w->timers, rok_now()) > 0;
+	return timer_armed(w->wheel) && timer_fire(w->wheel, rok_now()) > 0;
 }
 
 static void worker_park(struct worker *w)
@@ -286,6 +311,8 @@ static void worker_park(struct worker *w)
 	worker_sleep(w);
 	if (!idle_unpark_self(&executor.idle, w->index))
 		w->searching = true;   /* the notifier counted us searching */
+	/* After we count as unparked: see monitor_main's second look. */
+	monitor_poke();
 }
 
 static void worker_found_work(struct worker *w)
@@ -334,8 +361,7 @@ void *worker_main(void *arg)
 			t = worker_steal(w);
 		if (t != NULL) {
 			worker_found_work(w);
-			worker_count(&w->polls);
-			task_run(t);
+			worker_run_task(w, t);
 			continue;
 		}
 		worker_park(w);
@@ -345,9 +371,77 @@ void *worker_main(void *arg)
 	return NULL;
 }
 
+/* A helper has nothing queued of its own (owner only). */
+static bool worker_helper_idle(struct worker *h)
+{
+	return deque_len(&h->deque) == 0 && h->pinned.len == 0 &&
+	       atomic_load_explicit(&h->lifo, memory_order_relaxed) == NULL &&
+	       atomic_load_explicit(&h->pinned_live, memory_order_relaxed) == 0 &&
+	       injector_is_empty(&h->inbox);
+}
+
+/* Sleeps up to 1 ms, or until unparked or the stuck wheel's next timer. */
+static void worker_helper_nap(struct worker *h)
+{
+	int64_t next = timer_next(h->wheel), limit = rok_now() + ROK_MS(1);
+	struct timespec ts;
+
+	if (next > limit)
+		next = limit;
+	int64_t d = next - rok_now();
+	if (d <= 0)
+		return;
+	atomic_store(&h->park_word, 1);
+	if (!injector_is_empty(&h->inbox) || worker_stopping()) {
+		atomic_store(&h->park_word, 0);
+		return;
+	}
+	ts.tv_sec = d / 1000000000;
+	ts.tv_nsec = d % 1000000000;
+	syscall(SYS_futex, &h->park_word, FUTEX_WAIT_PRIVATE, 1, &ts, NULL, 0);
+	atomic_store(&h->park_word, 0);
+}
+
+void *worker_helper_main(void *arg)
+{
+	struct worker *h = arg, *stuck = h->stuck;
+	uint32_t stuck_seq = atomic_load_explicit(&stuck->poll_seq,
+	                                          memory_order_relaxed);
+
+	executor_tls.worker = h;
+	while (!worker_stopping()) {
+		if (h->tick % WORKER_TIMER_INTERVAL == 0)
+			worker_fire_timers(h);
+		rok_task *t = worker_next(h);
+		if (t == NULL)
+			/* The stuck worker's LIFO task cannot wait for it. */
+			t = atomic_exchange_explicit(&stuck->lifo, NULL,
+			                             memory_order_acquire);
+		if (t == NULL)
+			t = worker_steal_from_pool(h);
+		if (t != NULL) {
+			worker_run_task(h, t);
+			continue;
+		}
+		if (worker_fire_timers(h))
+			continue;
+		if (atomic_load_explicit(&stuck->poll_seq, memory_order_relaxed) !=
+		            stuck_seq &&
+		    worker_helper_idle(h))
+			break;   /* the stuck worker is back: retire */
+		worker_count(&h->parks);
+		worker_helper_nap(h);
+	}
+	frame_cache_flush(&executor_tls.cache);
+	executor_tls.worker = NULL;
+	atomic_store(&h->retired, true);
+	return NULL;
+}
+
 void worker_run_guest(struct worker *w, rok_task *root)
 {
-	while (!rok_task_is_finished(root) || w->pinned_live > 0) {
+	while (!rok_task_is_finished(root) ||
+	       atomic_load_explicit(&w->pinned_live, memory_order_relaxed) > 0) {
 		if (++w->tick % WORKER_TIMER_INTERVAL == 0)
 			worker_fire_timers(w);
 		rok_task *t = runq_pop(&w->pinned);
@@ -368,12 +462,11 @@ void worker_run_guest(struct worker *w, rok_task *root)
 
 rok_task *worker_take_any(struct worker *w)
 {
-	rok_task *t = w->lifo;
+	rok_task *t = atomic_exchange_explicit(&w->lifo, NULL,
+	                                       memory_order_acquire);
 
-	if (t != NULL) {
-		w->lifo = NULL;
+	if (t != NULL)
 		return t;
-	}
 	if ((t = runq_pop(&w->pinned)) != NULL ||
 	    (t = deque_pop(&w->deque)) != NULL)
 		return t;

@@ -23,18 +23,25 @@ struct worker {
 	_Atomic uint64_t parks;
 	_Atomic uint64_t polls;
 	_Atomic int64_t regs;               /* registrations delta */
+	_Atomic uint32_t poll_seq;          /* odd while inside a poll */
+	_Atomic(rok_task *) lifo;           /* most recently woken task; a
+	                                       helper may take it (monitor.c) */
+	_Atomic unsigned pinned_live;       /* unfinished spawn_local tasks
+	                                       homed here; owner writes */
 	struct timer_wheel timers;          /* sleeps of tasks run here */
 
 	/* Owner thread only. */
 	_Alignas(64) struct runq pinned;    /* tasks that only run here */
-	rok_task *lifo;                     /* most recently woken task */
 	unsigned lifo_polls;                /* LIFO runs in a row */
 	uint32_t tick;
 	uint32_t rng;
-	unsigned pinned_live;               /* unfinished tasks homed here */
 	uint16_t index;                     /* in executor.workers */
 	bool guest;                         /* a rok_block_on thread */
 	bool searching;
+	struct worker *stuck;               /* helper: the worker it stands in for */
+	_Atomic bool retired;               /* helper: its thread is done */
+	struct timer_wheel *wheel;          /* where this thread's sleeps go:
+	                                       its own, or a helper's stuck one */
 	pthread_t thread;
 };
 
@@ -44,6 +51,22 @@ void worker_free(struct worker *w);     /* NULL-safe; queues must be empty */
 
 /* Thread entry of a pool worker. */
 void *worker_main(void *arg);
+
+/* Thread entry of a helper standing in for a stuck worker (monitor.c). */
+void *worker_helper_main(void *arg);
+
+/* The calling thread's worker polls a task (owner only). */
+void worker_run_task(struct worker *w, rok_task *t);
+
+/* Owner-written counters: one relaxed load and store, no RMW. */
+static inline void worker_set_pinned(struct worker *w, int delta)
+{
+	atomic_store_explicit(&w->pinned_live,
+	                      atomic_load_explicit(&w->pinned_live,
+	                                           memory_order_relaxed) +
+	                              (unsigned)delta,
+	                      memory_order_relaxed);
+}
 
 /* Runs the calling guest worker until `root` finished and no task pinned to
  * it is left. */

@@ -9,6 +9,7 @@
 #define ROK_TESTUTIL_H
 
 #include <check.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -87,6 +87,7 @@ struct rok_stats {
 	uint64_t steals;            /* successful steals (batches) */
 	uint64_t parks;             /* times a worker went to sleep */
 	int64_t registrations;      /* see rok_registrations */
+	uint64_t handoffs;          /* helpers started for stuck workers */
 };
 void rok_stats_get(struct rok_stats *st);
 

@@ -1,0 +1,267 @@
+/*
+ * check_timer.c — sleeps (SPEC A3): never early, in order, cancellable,
+ * measured from the first poll, and fired by busy and idle workers alike.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+
+#include "testutil.h"
+
+struct sleeper {
+	int64_t ns, start, woke;
+	rok_sleep_op sleep;
+};
+
+static rok_poll sleeper_poll(rok_cx *cx, void *frame)
+{
+	struct sleeper *f = frame;
+
+	ROK_BEGIN(cx);
+	f->start = rok_now();
+	ROK_AWAIT(cx, rok_sleep(cx, &f->sleep, f->ns));
+	f->woke = rok_now();
+	ROK_RETURN(cx, f->woke - f->start >= f->ns);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+START_TEST(never_early)
+{
+	long n = test_scale(2000);
+	rok_task **t = calloc((size_t)n, sizeof(*t));
+
+	ck_assert_ptr_nonnull(t);
+	for (long i = 0; i < n; i++) {
+		struct sleeper s = { .ns = ROK_US(1 + (i * 7919) % 20000) };
+		ck_assert_int_eq(rok_spawn(&t[i], sleeper_poll, &s, sizeof(s)), 0);
+	}
+	for (long i = 0; i < n; i++) {
+		void *ok;
+		ck_assert_int_eq(rok_task_wait(t[i], &ok), 0);
+		ck_assert_msg(ok != NULL, "sleep %ld woke early", i);
+		rok_task_unref(t[i]);
+	}
+	free(t);
+}
+END_TEST
+
+START_TEST(zero_and_past)
+{
+	struct sleeper s = { .ns = 0 };
+
+	ck_assert_ptr_nonnull(test_spawn_wait(sleeper_poll, &s, sizeof(s)));
+	s.ns = -5;
+	ck_assert_ptr_nonnull(test_spawn_wait(sleeper_poll, &s, sizeof(s)));
+}
+END_TEST
+
+/* Far deadlines (past several wheel levels) still come back in order. */
+struct until {
+	int64_t deadline;
+	rok_sleep_op sleep;
+};
+
+static rok_poll until_poll(rok_cx *cx, void *frame)
+{
+	struct until *f = frame;
+
+	ROK_BEGIN(cx);
+	ROK_AWAIT(cx, rok_sleep_until(cx, &f->sleep, f->deadline));
+	ROK_RETURN(cx, rok_now() >= f->deadline);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+START_TEST(sleep_until_levels)
+{
+	int64_t base = rok_now();
+	int64_t offs[] = { 0, ROK_US(70), ROK_MS(3), ROK_MS(40), ROK_MS(300) };
+	rok_task *t[5];
+
+	for (int i = 0; i < 5; i++) {
+		struct until u = { .deadline = base + offs[i] };
+		ck_assert_int_eq(rok_spawn(&t[i], until_poll, &u, sizeof(u)), 0);
+	}
+	for (int i = 0; i < 5; i++) {
+		void *ok;
+		ck_assert_int_eq(rok_task_wait(t[i], &ok), 0);
+		ck_assert_ptr_nonnull(ok);
+		rok_task_unref(t[i]);
+	}
+}
+END_TEST
+
+/* Timers fire in deadline order even on one worker kept busy by a task
+ * that yields forever. */
+static int order[64];
+static _Atomic int order_n;
+static _Atomic int stop_spinning;
+
+struct ordered {
+	int idx;
+	rok_sleep_op sleep;
+};
+
+static rok_poll ordered_poll(rok_cx *cx, void *frame)
+{
+	struct ordered *f = frame;
+
+	ROK_BEGIN(cx);
+	ROK_AWAIT(cx, rok_sleep(cx, &f->sleep, ROK_MS(2) * (f->idx + 1)));
+	order[atomic_fetch_add(&order_n, 1)] = f->idx;
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+static rok_poll spinner_poll(rok_cx *cx, void *frame)
+{
+	(void)frame;
+	ROK_BEGIN(cx);
+	while (!atomic_load(&stop_spinning))
+		ROK_YIELD(cx);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+struct spawn_all {
+	int n;
+	rok_task *spinner;
+};
+
+static rok_poll spawn_all_poll(rok_cx *cx, void *frame)
+{
+	struct spawn_all *f = frame;
+
+	ROK_BEGIN(cx);
+	ck_assert_int_eq(rok_spawn(&f->spinner, spinner_poll, NULL, 0), 0);
+	for (int i = f->n - 1; i >= 0; i--) {
+		struct ordered o = { .idx = i };
+		ck_assert_int_eq(rok_spawn(NULL, ordered_poll, &o, sizeof(o)), 0);
+	}
+	ROK_RETURN(cx, f->spinner);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+START_TEST(in_order_under_busy_worker)
+{
+	struct spawn_all f = { .n = 20 };
+
+	test_workers(1);
+	rok_task *spinner = test_spawn_wait(spawn_all_poll, &f, sizeof(f));
+	while (atomic_load(&order_n) < f.n)
+		sched_yield();
+	for (int i = 0; i < f.n; i++)
+		ck_assert_int_eq(order[i], i);
+	atomic_store(&stop_spinning, 1);
+	ck_assert_int_eq(rok_task_wait(spinner, NULL), 0);
+	rok_task_unref(spinner);
+}
+END_TEST
+
+/* Cancelling a sleeper removes its timer at once. */
+START_TEST(cancel_removes_timer)
+{
+	rok_task *t[16];
+	int64_t base = rok_registrations();
+
+	for (int i = 0; i < 16; i++) {
+		struct sleeper s = { .ns = ROK_S(3600) };
+		ck_assert_int_eq(rok_spawn(&t[i], sleeper_poll, &s, sizeof(s)), 0);
+	}
+	while (rok_registrations() < base + 16)
+		sched_yield();
+	for (int i = 0; i < 16; i++) {
+		rok_task_cancel(t[i]);
+		ck_assert_int_eq(rok_task_wait(t[i], NULL), -ECANCELED);
+		rok_task_unref(t[i]);
+	}
+	ck_assert_int_eq(rok_registrations(), base);
+}
+END_TEST
+
+/* The sleep counts from the first poll, not from the spawn: a task that
+ * waits in the queue behind a busy worker still sleeps its full time. */
+static rok_poll busy_poll(rok_cx *cx, void *frame)
+{
+	int64_t until = rok_now() + ROK_MS(30);
+
+	(void)cx;
+	(void)frame;
+	while (rok_now() < until)
+		;   /* hold the only worker without awaiting */
+	return ROK_READY;
+}
+
+static rok_poll late_sleeper_poll(rok_cx *cx, void *frame)
+{
+	struct sleeper *f = frame;
+
+	ROK_BEGIN(cx);
+	ROK_AWAIT(cx, rok_sleep(cx, &f->sleep, f->ns));
+	ROK_RETURN(cx, rok_now() - f->start);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+START_TEST(measured_from_first_poll)
+{
+	struct sleeper s = { .ns = ROK_MS(20) };
+	rok_task *t;
+	void *took;
+
+	test_workers(1);
+	ck_assert_int_eq(rok_start(), 0);
+	s.start = rok_now();
+	/* One worker, FIFO: the busy task runs first, the sleeper's first
+	 * poll comes 30 ms after its spawn. */
+	ck_assert_int_eq(rok_spawn(NULL, busy_poll, NULL, 0), 0);
+	ck_assert_int_eq(rok_spawn(&t, late_sleeper_poll, &s, sizeof(s)), 0);
+	ck_assert_int_eq(rok_task_wait(t, &took), 0);
+	ck_assert_int_ge((int64_t)(intptr_t)took, ROK_MS(50));
+	rok_task_unref(t);
+}
+END_TEST
+
+/* An idle worker parks only until its next timer: a lone sleep on an idle
+ * pool finishes (the futex timeout wakes it, nobody else does). */
+START_TEST(idle_worker_wakes_for_timer)
+{
+	struct sleeper s = { .ns = ROK_MS(30) };
+
+	test_workers(2);
+	ck_assert_int_eq(rok_start(), 0);
+	test_sleep_ms(20);   /* both workers are parked by now */
+	ck_assert_ptr_nonnull(test_spawn_wait(sleeper_poll, &s, sizeof(s)));
+}
+END_TEST
+
+static Suite *timer_suite(void)
+{
+	Suite *s = suite_create("timer");
+	struct {
+		const char *name;
+		const TTest *fn;
+	} cases[] = {
+		{ "never_early", never_early },
+		{ "zero_and_past", zero_and_past },
+		{ "until_levels", sleep_until_levels },
+		{ "in_order_busy", in_order_under_busy_worker },
+		{ "cancel_removes", cancel_removes_timer },
+		{ "first_poll", measured_from_first_poll },
+		{ "idle_wakes", idle_worker_wakes_for_timer },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		TCase *tc = tcase_create(cases[i].name);
+		tcase_set_timeout(tc, test_timeout(30));
+		tcase_add_test(tc, cases[i].fn);
+		suite_add_tcase(s, tc);
+	}
+	return s;
+}
+
+int main(void)
+{
+	return test_run(timer_suite());
+}

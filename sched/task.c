@@ -100,7 +100,7 @@ static uint64_t task_woken_state(uint64_t s, bool *sched)
 	return s | TASK_SCHEDULED;
 }
 
-void task_wake_by_val(rok_task *t)
+static void task_wake_by_val_as(rok_task *t, bool fifo)
 {
 	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
 	uint64_t n;
@@ -111,9 +111,19 @@ void task_wake_by_val(rok_task *t)
 	} while (!atomic_compare_exchange_weak_explicit(
 		&t->state, &s, n, memory_order_acq_rel, memory_order_relaxed));
 	if (sched)
-		task_schedule(t, false);   /* the runtime's reference covers it */
+		task_schedule(t, fifo);   /* the runtime's reference covers it */
 	else if ((n >> TASK_REF_SHIFT) == 0)
 		task_free(t);
+}
+
+void task_wake_by_val(rok_task *t)
+{
+	task_wake_by_val_as(t, false);
+}
+
+void task_wake_by_val_fifo(rok_task *t)
+{
+	task_wake_by_val_as(t, true);
 }
 
 void task_wake(rok_task *t)

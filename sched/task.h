@@ -97,6 +97,10 @@ int task_result(rok_task *t, void **result);
  */
 void task_wake_by_val(rok_task *t);
 
+/* Like task_wake_by_val, but queues `t` behind what is queued already, never
+ * in the LIFO slot: for wakes in bulk (timers), which must keep their order. */
+void task_wake_by_val_fifo(rok_task *t);
+
 /* Wakes `t` without consuming a reference.  Any thread. */
 void task_wake(rok_task *t);
 
@@ -106,8 +110,9 @@ void task_wake(rok_task *t);
  */
 void task_run(rok_task *t);
 
-/* Puts `t` (SCHEDULED, runtime reference) where it belongs from this thread. */
-void task_schedule(rok_task *t, bool from_self);
+/* Puts `t` (SCHEDULED, runtime reference) where it belongs from this thread;
+ * fifo: behind everything queued (a yield, a bulk wake), never LIFO. */
+void task_schedule(rok_task *t, bool fifo);
 
 /* The task being polled on this thread, or NULL. */
 rok_task *task_current(void);

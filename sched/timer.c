@@ -13,6 +13,9 @@
  * fires late by at most a tick plus the time its worker takes to look: a
  * busy worker looks every 32 polls, an idle one parks until timer_next().
  *
+ * Woken tasks are queued in firing order, behind what is queued already
+ * (never in the LIFO slot, which would put the last fired first).
+ *
  * The timer node is the rok_waiter inside the sleeping frame's rok_sleep_op,
  * linked into a slot list; `aux` records its level and slot.  A sleep
  * registers in the wheel of the worker it runs on; cancelling it unlinks
@@ -162,10 +165,33 @@ int64_t timer_next(struct timer_wheel *tw)
 	return next;
 }
 
+struct timer_due {
+	int64_t deadline;
+	rok_task *task;
+};
+
+/*
+ * Wakes a batch of due timers, earliest deadline first: timers that came
+ * due together (a slot of a higher level, a late look) still wake in order.
+ * Insertion sort: the batch is small and mostly sorted.
+ */
+static void timer_wake(struct timer_due *due, unsigned n)
+{
+	for (unsigned i = 1; i < n; i++) {
+		struct timer_due d = due[i];
+		unsigned j = i;
+		for (; j > 0 && due[j - 1].deadline > d.deadline; j--)
+			due[j] = due[j - 1];
+		due[j] = d;
+	}
+	for (unsigned i = 0; i < n; i++)
+		task_wake_by_val_fifo(due[i].task);
+}
+
 unsigned timer_fire(struct timer_wheel *tw, int64_t now)
 {
 	uint64_t now_tick = timer_tick_floor(now);
-	rok_task *due[TIMER_FIRE_BATCH];
+	struct timer_due due[TIMER_FIRE_BATCH];
 	unsigned total = 0, n = 0;
 	unsigned level, slot;
 	uint64_t start;
@@ -199,13 +225,13 @@ unsigned timer_fire(struct timer_wheel *tw, int64_t now)
 				continue;
 			}
 			rok_waiter *single = w;
-			due[n++] = waitq_take(&single);
+			due[n].deadline = timer_op(w)->deadline;
+			due[n++].task = waitq_take(&single);
 			atomic_fetch_sub_explicit(&tw->count, 1,
 			                          memory_order_relaxed);
 			if (n == TIMER_FIRE_BATCH) {
 				spin_unlock(&tw->lock);
-				for (unsigned i = 0; i < n; i++)
-					task_wake_by_val(due[i]);
+				timer_wake(due, n);
 				total += n;
 				n = 0;
 				spin_lock(&tw->lock);
@@ -215,8 +241,7 @@ unsigned timer_fire(struct timer_wheel *tw, int64_t now)
 	if (now_tick > tw->elapsed)
 		tw->elapsed = now_tick;
 	spin_unlock(&tw->lock);
-	for (unsigned i = 0; i < n; i++)
-		task_wake_by_val(due[i]);
+	timer_wake(due, n);
 	return total + n;
 }
 
@@ -227,11 +252,16 @@ static rok_poll timer_wait(rok_cx *cx, rok_sleep_op *op, int64_t now)
 		op->started = false;   /* the op may be used again */
 		return ROK_READY;
 	}
-	struct timer_wheel *tw = executor_tls.worker->wheel;
+	struct worker *me = executor_tls.worker;
+	struct timer_wheel *tw = me->wheel;
 	spin_lock(&tw->lock);
 	timer_file(tw, &op->w, timer_tick_ceil(op->deadline), cx);
 	atomic_fetch_add_explicit(&tw->count, 1, memory_order_relaxed);
 	spin_unlock(&tw->lock);
+	if (tw != &me->timers)
+		/* A helper armed its stuck worker's wheel; that worker may be
+		 * back and parked with a longer timeout: let it look again. */
+		worker_unpark(me->stuck);
 	return ROK_PENDING;
 }
 

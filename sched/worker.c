@@ -435,6 +435,7 @@ void *worker_helper_main(void *arg)
 	frame_cache_flush(&executor_tls.cache);
 	executor_tls.worker = NULL;
 	atomic_store(&h->retired, true);
+	worker_unpark(stuck);   /* it may sleep past timers armed meanwhile */
 	return NULL;
 }
 

@@ -20,8 +20,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blocking.h"
 #include "executor.h"
 #include "monitor.h"
+#include "reactor.h"
 #include "task.h"
 #include "worker.h"
 
@@ -79,6 +81,7 @@ static void executor_free_locked(void)
 		executor.workers = NULL;
 	}
 	idle_done(&executor.idle);
+	atomic_store_explicit(&executor.injector.depth, 0, memory_order_relaxed);
 	atomic_store_explicit(&executor.injector.head, NULL,
 	                      memory_order_relaxed);
 	executor.nworkers = 0;
@@ -207,7 +210,7 @@ static void executor_drain_queues(void)
 
 int rok_stop(void)
 {
-	if (executor_tls.worker != NULL)
+	if (executor_tls.worker != NULL || reactor_on_thread())
 		return -EDEADLK;
 	pthread_mutex_lock(&executor.lock);
 	if (atomic_load(&executor.state) != EXECUTOR_RUNNING) {
@@ -218,8 +221,12 @@ int rok_stop(void)
 		pthread_mutex_unlock(&executor.lock);
 		return -EBUSY;
 	}
+	blocking_shutdown();    /* finishing jobs wake joiners: workers run */
 	executor_join(executor.nworkers);
+	blocking_reopen();      /* STOPPING refuses new jobs from here on */
 	monitor_stop();
+	/* Before the drain, so that no I/O wake-up races it. */
+	reactor_stop();
 
 	/* Alone now: act as worker 0 and drive every task to its end. */
 	executor_tls.worker = atomic_load_explicit(&executor.workers[0],
@@ -232,6 +239,7 @@ int rok_stop(void)
 	} while (live);
 	executor_tls.worker = NULL;
 
+	reactor_free();
 	executor_free_locked();
 	monitor_free();
 	frame_release_all();
@@ -443,6 +451,11 @@ void rok_stats_get(struct rok_stats *st)
 	st->registrations += atomic_load_explicit(&executor.regs_foreign,
 	                                          memory_order_relaxed);
 	st->handoffs = monitor_helpers();
+	if (executor_running()) {
+		int64_t d = atomic_load_explicit(&executor.injector.depth,
+		                                 memory_order_relaxed);
+		st->injector_depth = d > 0 ? (uint64_t)d : 0;
+	}
 	st->polls += executor.retired_polls;
 	st->steals += executor.retired_steals;
 	pthread_mutex_unlock(&executor.slot_lock);

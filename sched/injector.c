@@ -20,6 +20,7 @@ void injector_push(struct injector *q, rok_task *t)
 	} while (!atomic_compare_exchange_weak_explicit(&q->head, &head, t,
 	                                                memory_order_release,
 	                                                memory_order_relaxed));
+	atomic_fetch_add_explicit(&q->depth, 1, memory_order_relaxed);
 }
 
 rok_task *injector_take_all(struct injector *q)
@@ -30,12 +31,15 @@ rok_task *injector_take_all(struct injector *q)
 	rok_task *t = atomic_exchange_explicit(&q->head, NULL,
 	                                       memory_order_acquire);
 	rok_task *fifo = NULL;
+	int64_t n = 0;
 
 	while (t != NULL) {
 		rok_task *next = t->next;
 		t->next = fifo;
 		fifo = t;
 		t = next;
+		n++;
 	}
+	atomic_fetch_sub_explicit(&q->depth, n, memory_order_relaxed);
 	return fifo;
 }

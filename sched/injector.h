@@ -14,7 +14,8 @@
 
 struct injector {
 	_Alignas(64) _Atomic(rok_task *) head;   /* newest first */
-	char pad[64 - sizeof(rok_task *)];
+	_Atomic int64_t depth;                   /* tasks in it (a statistic) */
+	char pad[64 - sizeof(rok_task *) - sizeof(int64_t)];
 };
 
 /* Any thread.  Links `t` through t->next. */

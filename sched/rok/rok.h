@@ -88,6 +88,7 @@ struct rok_stats {
 	uint64_t parks;             /* times a worker went to sleep */
 	int64_t registrations;      /* see rok_registrations */
 	uint64_t handoffs;          /* helpers started for stuck workers */
+	uint64_t injector_depth;    /* tasks from outside waiting to be taken */
 };
 void rok_stats_get(struct rok_stats *st);
 

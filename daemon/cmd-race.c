@@ -1,0 +1,18 @@
+/*
+ * cmd-race.c — wait for the first of the listed tasks to finish.
+ */
+#include "rokd.h"
+#include "waiter.h"
+
+void cmd_race(struct conn *c, const Request *req)
+{
+	const Rok__V1__RaceRequest *r = req->race;
+
+	if (r->n_ids == 0) {
+		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__INVALID_ARGUMENT,
+		                "race needs at least one task id");
+		return;
+	}
+	(void)waiter_start(c, req->id, WAIT_RACE, r->ids, r->n_ids,
+	                   r->timeout_ms, r->cancel_rest);
+}

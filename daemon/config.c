@@ -1,0 +1,234 @@
+/*
+ * config.c — rokd's settings: embedded defaults, then the config file, then
+ * the environment and the command line (rokd.c applies those two).  The file
+ * is `key = value` lines; `#` starts a comment; etc/rokd.conf lists every
+ * key with its default.  Main thread, before the runtime starts.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rokd.h"
+
+struct config config;
+
+static char *config_strdup(const char *s)
+{
+	char *d = strdup(s);
+
+	if (d == NULL)
+		fatalx("out of memory");
+	return d;
+}
+
+/* The per-user default paths of DESIGN.md §3. */
+static void config_user_paths(struct config *c)
+{
+	const char *run = getenv("XDG_RUNTIME_DIR");
+	const char *state = getenv("XDG_STATE_HOME");
+	const char *home = getenv("HOME");
+	char buf[4096];
+
+	if (run != NULL && *run == '/')
+		snprintf(buf, sizeof(buf), "%s/rok/rokd.sock", run);
+	else
+		snprintf(buf, sizeof(buf), "/tmp/rok-%u/rokd.sock",
+		         (unsigned)getuid());
+	c->socket_path = config_strdup(buf);
+	if (state != NULL && *state == '/')
+		snprintf(buf, sizeof(buf), "%s/rok", state);
+	else if (home != NULL && *home == '/')
+		snprintf(buf, sizeof(buf), "%s/.local/state/rok", home);
+	else
+		snprintf(buf, sizeof(buf), "/tmp/rok-%u/state",
+		         (unsigned)getuid());
+	c->state_dir = config_strdup(buf);
+}
+
+void config_defaults(struct config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->root = geteuid() == 0;
+	if (c->root) {
+		c->socket_path = config_strdup("/run/rok/rokd.sock");
+		c->state_dir = config_strdup("/var/lib/rok");
+	} else {
+		config_user_paths(c);
+	}
+	c->max_frame = 1u << 20;
+	c->max_in_flight = 4096;
+	c->max_output = 16u << 20;
+	c->max_queued = 1000000;
+	c->max_finished = 100000;
+	c->max_connections = 4096;
+}
+
+void config_free(struct config *c)
+{
+	free(c->socket_path);
+	free(c->state_dir);
+	free(c->socket_group);
+	memset(c, 0, sizeof(*c));
+}
+
+int duration_parse(const char *s, size_t len, int64_t *ns)
+{
+	static const struct {
+		const char *unit;
+		int64_t ns;
+	} units[] = {
+		{ "ms", 1000000 }, { "us", 1000 }, { "ns", 1 },
+		{ "s", 1000000000 }, { "m", 60000000000 }, { "h", 3600000000000 },
+	};
+	size_t i = 0;
+	int64_t total = 0;
+
+	if (len == 0)
+		return -EINVAL;
+	while (i < len) {
+		if (!isdigit((unsigned char)s[i]))
+			return -EINVAL;
+		int64_t n = 0;
+		while (i < len && isdigit((unsigned char)s[i])) {
+			if (n > (INT64_MAX - 9) / 10)
+				return -EINVAL;
+			n = n * 10 + (s[i++] - '0');
+		}
+		size_t k;
+		for (k = 0; k < sizeof(units) / sizeof(units[0]); k++) {
+			size_t ul = strlen(units[k].unit);
+			if (len - i >= ul && memcmp(s + i, units[k].unit, ul) == 0 &&
+			    (len - i == ul || isdigit((unsigned char)s[i + ul])))
+				break;
+		}
+		if (k == sizeof(units) / sizeof(units[0]))
+			return -EINVAL;
+		if (n > (INT64_MAX - total) / units[k].ns)
+			return -EINVAL;
+		total += n * units[k].ns;
+		i += strlen(units[k].unit);
+	}
+	*ns = total;
+	return 0;
+}
+
+static int config_uint(const char *v, uint64_t max, uint64_t *out)
+{
+	char *end;
+
+	errno = 0;
+	unsigned long long n = strtoull(v, &end, 10);
+	if (errno != 0 || end == v || *end != '\0' || n > max ||
+	    *v == '-')
+		return -1;
+	*out = n;
+	return 0;
+}
+
+/* Sets one key; 0 or -1 with a message. */
+static int config_set(struct config *c, const char *key, const char *v,
+                      char *err, size_t len)
+{
+	static const struct {
+		const char *key;
+		size_t off;
+		int size;              /* 0: string, else bytes of integer */
+		uint64_t max;
+	} keys[] = {
+#define CFG_U(k, f, m) { k, offsetof(struct config, f), sizeof(((struct config *)0)->f), m }
+#define CFG_S(k, f) { k, offsetof(struct config, f), 0, 0 }
+		CFG_S("socket", socket_path),
+		CFG_S("state_dir", state_dir),
+		CFG_S("socket_group", socket_group),
+		CFG_U("workers", workers, 1024),
+		CFG_U("max_frame", max_frame, 64u << 20),
+		CFG_U("max_in_flight", max_in_flight, 1u << 20),
+		CFG_U("max_output", max_output, 1ull << 32),
+		CFG_U("max_queued", max_queued, 1ull << 32),
+		CFG_U("max_finished", max_finished, 1ull << 32),
+		CFG_U("max_connections", max_connections, 1u << 20),
+#undef CFG_U
+#undef CFG_S
+	};
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		if (strcmp(keys[i].key, key) != 0)
+			continue;
+		char *field = (char *)c + keys[i].off;
+		if (keys[i].size == 0) {
+			char **s = (char **)(void *)field;
+			free(*s);
+			*s = config_strdup(v);
+			return 0;
+		}
+		uint64_t n;
+		if (config_uint(v, keys[i].max, &n) < 0 ||
+		    (n == 0 && strcmp(key, "workers") != 0)) {
+			snprintf(err, len, "%s: not a number in range: %s", key, v);
+			return -1;
+		}
+		if (keys[i].size == 8)
+			*(uint64_t *)(void *)field = n;
+		else
+			*(uint32_t *)(void *)field = (uint32_t)n;
+		return 0;
+	}
+	snprintf(err, len, "unknown setting: %s", key);
+	return -1;
+}
+
+static char *config_trim(char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	char *e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+int config_load(struct config *c, const char *path, char *err, size_t len)
+{
+	FILE *f = fopen(path, "re");
+	char line[4096];
+	unsigned lineno = 0;
+
+	if (f == NULL) {
+		snprintf(err, len, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	while (fgets(line, sizeof(line), f) != NULL) {
+		lineno++;
+		char *hash = strchr(line, '#');
+		if (hash != NULL)
+			*hash = '\0';
+		char *s = config_trim(line);
+		if (*s == '\0')
+			continue;
+		char *eq = strchr(s, '=');
+		char msg[256];
+		if (eq == NULL) {
+			snprintf(err, len, "%s:%u: expected key = value", path,
+			         lineno);
+			fclose(f);
+			return -1;
+		}
+		*eq = '\0';
+		if (config_set(c, config_trim(s), config_trim(eq + 1), msg,
+		               sizeof(msg)) < 0) {
+			snprintf(err, len, "%s:%u: %s", path, lineno, msg);
+			fclose(f);
+			return -1;
+		}
+	}
+	int bad = ferror(f);
+	fclose(f);
+	if (bad) {
+		snprintf(err, len, "%s: read error", path);
+		return -1;
+	}
+	return 0;
+}

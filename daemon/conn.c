@@ -1,0 +1,413 @@
+/*
+ * conn.c — one client connection, on the reactor thread.
+ *
+ * A connection is a libevent bufferevent over the accepted socket.  Bytes
+ * that arrive are cut into frames (proto/wire.h); a frame longer than
+ * config.max_frame, or one that does not decode, closes the connection
+ * without a reply (the stream cannot be trusted any more).  Each decoded
+ * request goes to dispatch(); the loop owns the message and handlers borrow
+ * it.  Replies are queued on the bufferevent's output; a client that lets
+ * more than config.max_output bytes pile up is disconnected, and nobody
+ * else notices.
+ *
+ * Requests that wait run as runtime tasks on workers.  conn_begin_wait takes
+ * a reference for each; their replies come back through reply_post, which
+ * packs the reply on the worker and hands it over with reactor_call (a queue
+ * plus a wake-up, see sched/reactor.h), where it is written if the
+ * connection is still open, and the reference is dropped.  A connection is
+ * freed when its last reference goes, always on a later loop turn than the
+ * callback that closed it (tmux's rule), never inside its own callback.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "wire.h"
+#include "reactor.h"
+#include "rokd.h"
+
+struct conn {
+	struct bufferevent *bev;
+	int refs;
+	uid_t uid;
+	pid_t pid;
+	uint64_t serial;          /* for log lines */
+	unsigned in_flight;       /* waits not answered yet */
+	bool hello_done;
+	bool dead;                /* closed: no more reading or writing */
+	bool draining;            /* shutdown: close once flushed and answered */
+	struct conn *prev, *next; /* every live connection */
+};
+
+static struct {
+	struct conn *head;
+	_Atomic unsigned count;   /* read by the main thread at shutdown */
+	uint64_t serial;
+	bool shutting_down;
+} conns;
+
+static void conn_read_cb(struct bufferevent *bev, void *arg);
+static void conn_write_cb(struct bufferevent *bev, void *arg);
+static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
+
+unsigned conn_count(void)
+{
+	return conns.count;
+}
+
+uid_t conn_uid(const struct conn *c)
+{
+	return c->uid;
+}
+
+bool conn_hello_done(const struct conn *c)
+{
+	return c->hello_done;
+}
+
+void conn_set_hello_done(struct conn *c)
+{
+	c->hello_done = true;
+}
+
+void conn_ref(struct conn *c)
+{
+	c->refs++;
+}
+
+static void conn_free_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn *c = arg;
+
+	(void)fd;
+	(void)what;
+	free(c);
+}
+
+void conn_unref(struct conn *c)
+{
+	if (--c->refs > 0)
+		return;
+	/* Freed on a later loop turn: the caller may be inside a callback
+	 * that still looks at `c`. */
+	if (event_base_once(reactor_base(), -1, EV_TIMEOUT, conn_free_cb, c,
+	                    NULL) != 0)
+		log_warnx("connection %llu: could not defer its free; leaked",
+		          (unsigned long long)c->serial);
+}
+
+static void conn_close(struct conn *c, const char *why)
+{
+	if (c->dead)
+		return;
+	c->dead = true;
+	if (why != NULL)
+		log_debug("connection %llu (uid %u): closed: %s",
+		          (unsigned long long)c->serial, (unsigned)c->uid, why);
+	bufferevent_free(c->bev);   /* closes the socket */
+	c->bev = NULL;
+	if (c->prev != NULL)
+		c->prev->next = c->next;
+	else
+		conns.head = c->next;
+	if (c->next != NULL)
+		c->next->prev = c->prev;
+	conns.count--;
+	conn_unref(c);              /* the connection's own reference */
+}
+
+void conn_accept(int fd)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+		log_warn("SO_PEERCRED");
+		close(fd);
+		return;
+	}
+	/* A daemon of an ordinary user serves that user alone. */
+	if (!config.root && cred.uid != geteuid()) {
+		log_warnx("refused a connection from uid %u (pid %d)",
+		          (unsigned)cred.uid, (int)cred.pid);
+		close(fd);
+		return;
+	}
+	if (conns.count >= config.max_connections || conns.shutting_down) {
+		log_warnx("refused a connection from uid %u: %s",
+		          (unsigned)cred.uid,
+		          conns.shutting_down ? "shutting down"
+		                              : "too many connections");
+		close(fd);
+		return;
+	}
+	struct conn *c = calloc(1, sizeof(*c));
+	if (c == NULL) {
+		log_warnx("out of memory for a connection");
+		close(fd);
+		return;
+	}
+	c->bev = bufferevent_socket_new(reactor_base(), fd,
+	                                BEV_OPT_CLOSE_ON_FREE);
+	if (c->bev == NULL) {
+		log_warnx("bufferevent_socket_new failed");
+		close(fd);
+		free(c);
+		return;
+	}
+	c->refs = 1;
+	c->uid = cred.uid;
+	c->pid = cred.pid;
+	c->serial = ++conns.serial;
+	c->next = conns.head;
+	if (conns.head != NULL)
+		conns.head->prev = c;
+	conns.head = c;
+	conns.count++;
+	bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+	if (bufferevent_enable(c->bev, EV_READ | EV_WRITE) != 0)
+		conn_close(c, "bufferevent_enable failed");
+	log_debug("connection %llu: uid %u pid %d",
+	          (unsigned long long)c->serial, (unsigned)c->uid, (int)c->pid);
+}
+
+/* Closes a draining connection once it owes nothing more. */
+static void conn_maybe_finish(struct conn *c)
+{
+	if (!c->draining || c->dead || c->in_flight > 0)
+		return;
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		conn_close(c, "shutdown");
+}
+
+static void conn_read_cb(struct bufferevent *bev, void *arg)
+{
+	struct conn *c = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+
+	conn_ref(c);   /* a handler may close it */
+	while (!c->dead && !c->draining) {
+		size_t have = evbuffer_get_length(in);
+		uint8_t hdr[WIRE_HEADER];
+		if (have < WIRE_HEADER)
+			break;
+		if (evbuffer_copyout(in, hdr, WIRE_HEADER) != WIRE_HEADER)
+			break;
+		uint32_t n = wire_get_header(hdr);
+		if (n > config.max_frame) {
+			conn_close(c, "frame over the size limit");
+			break;
+		}
+		if (have - WIRE_HEADER < n)
+			break;
+		uint8_t *buf = evbuffer_pullup(in, (ssize_t)(WIRE_HEADER + n));
+		if (buf == NULL) {
+			conn_close(c, "out of memory");
+			break;
+		}
+		Request *req = rok__v1__request__unpack(NULL, n,
+		                                        buf + WIRE_HEADER);
+		evbuffer_drain(in, WIRE_HEADER + n);
+		if (req == NULL) {
+			conn_close(c, "undecodable frame");
+			break;
+		}
+		dispatch(c, req);
+		rok__v1__request__free_unpacked(req, NULL);
+	}
+	conn_unref(c);
+}
+
+static void conn_write_cb(struct bufferevent *bev, void *arg)
+{
+	(void)bev;
+	conn_maybe_finish(arg);
+}
+
+static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	(void)bev;
+	conn_close(arg, (what & BEV_EVENT_EOF) ? "end of stream"
+	                                       : "socket error");
+}
+
+/* Queues an encoded frame; closes a connection whose client does not read. */
+static void conn_queue(struct conn *c, const uint8_t *frame, size_t len)
+{
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+
+	if (evbuffer_add(out, frame, len) != 0) {
+		conn_close(c, "out of memory");
+		return;
+	}
+	if (evbuffer_get_length(out) > config.max_output)
+		conn_close(c, "client does not read its replies");
+}
+
+static void conn_error_init(Response *resp, Rok__V1__Error *e, uint64_t id,
+                            ErrorCode code, const char *msg)
+{
+	rok__v1__response__init(resp);
+	rok__v1__error__init(e);
+	e->code = code;
+	e->message.data = (uint8_t *)(uintptr_t)msg;
+	e->message.len = strlen(msg);
+	resp->id = id;
+	resp->error = e;
+}
+
+/*
+ * Packs resp into a malloc'd frame: its length in *len, or NULL.  A reply
+ * larger than the frame limit (a join of many tasks with big values) is
+ * replaced by an error: the client is entitled to refuse such a frame.
+ */
+static uint8_t *conn_pack(const Response *resp, size_t *len)
+{
+	size_t n = rok__v1__response__get_packed_size(resp);
+	Response err;
+	Rok__V1__Error e;
+
+	if (n > config.max_frame) {
+		conn_error_init(&err, &e, resp->id,
+		                ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED,
+		                "reply larger than the frame limit: ask for "
+		                "fewer tasks");
+		resp = &err;
+		n = rok__v1__response__get_packed_size(resp);
+	}
+	uint8_t *buf = malloc(WIRE_HEADER + n);
+	if (buf == NULL)
+		return NULL;
+	wire_put_header(buf, (uint32_t)n);
+	rok__v1__response__pack(resp, buf + WIRE_HEADER);
+	*len = WIRE_HEADER + n;
+	return buf;
+}
+
+void conn_send(struct conn *c, const Response *resp)
+{
+	size_t len;
+
+	if (c->dead)
+		return;
+	uint8_t *buf = conn_pack(resp, &len);
+	if (buf == NULL) {
+		conn_close(c, "out of memory");
+		return;
+	}
+	conn_queue(c, buf, len);
+	free(buf);
+}
+
+void conn_send_error(struct conn *c, uint64_t id, ErrorCode code,
+                     const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+	Response resp;
+	Rok__V1__Error e;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	conn_error_init(&resp, &e, id, code, msg);
+	conn_send(c, &resp);
+}
+
+bool conn_begin_wait(struct conn *c, uint64_t id)
+{
+	if (c->in_flight >= config.max_in_flight) {
+		conn_send_error(c, id, ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED,
+		                "too many requests in flight (limit %u)",
+		                config.max_in_flight);
+		return false;
+	}
+	c->in_flight++;
+	conn_ref(c);
+	return true;
+}
+
+struct delivery {
+	struct conn *conn;
+	size_t len;
+	uint8_t *frame;         /* NULL: packing failed */
+};
+
+static void reply_deliver(void *arg)
+{
+	struct delivery *d = arg;
+	struct conn *c = d->conn;
+
+	if (!c->dead) {
+		if (d->frame != NULL)
+			conn_queue(c, d->frame, d->len);
+		else
+			conn_close(c, "out of memory for a reply");
+	}
+	c->in_flight--;
+	conn_maybe_finish(c);
+	conn_unref(c);
+	free(d->frame);
+	free(d);
+}
+
+void reply_post(struct conn *c, const Response *resp)
+{
+	struct delivery *d = malloc(sizeof(*d));
+
+	if (d == NULL) {
+		/* Rare enough to tolerate: the client's wait goes unanswered
+		 * and the connection reference is lost. */
+		log_warnx("out of memory for a reply; one client waits forever");
+		return;
+	}
+	d->conn = c;
+	d->frame = conn_pack(resp, &d->len);
+	int err = reactor_call(reply_deliver, d);
+	if (err < 0) {
+		if (err != -ESHUTDOWN)   /* at stop: the client is gone anyway */
+			log_errno(err, "could not hand a reply to the reactor");
+		free(d->frame);
+		free(d);
+	}
+}
+
+void reply_post_error(struct conn *c, uint64_t id, ErrorCode code,
+                      const char *msg)
+{
+	Response resp;
+	Rok__V1__Error e;
+
+	conn_error_init(&resp, &e, id, code, msg);
+	reply_post(c, &resp);
+}
+
+void conn_shutdown(void)
+{
+	conns.shutting_down = true;
+	for (struct conn *c = conns.head, *next; c != NULL; c = next) {
+		next = c->next;
+		c->draining = true;
+		bufferevent_disable(c->bev, EV_READ);
+		conn_maybe_finish(c);
+	}
+}
+
+bool conn_all_closed(void)
+{
+	return conns.count == 0;
+}
+
+void conn_close_all(void)
+{
+	while (conns.head != NULL)
+		conn_close(conns.head, "daemon stopping");
+}

@@ -1,0 +1,97 @@
+/*
+ * kind.c — running a task of some kind.
+ *
+ * Every daemon task is one runtime task, the runner, whose frame holds the
+ * record it reports to and the kind's own frame.  The runner marks the
+ * record running at its first poll, awaits the kind's body as a rok_future
+ * (under rok_timeout when the spec has a timeout), and in its cleanup
+ * section, which runs exactly once however the task ends, hands the kind's
+ * outcome (or "cancelled", "timed out") to the record.  A kind only writes
+ * its body and says how it ended; cancellation and timeouts come for free.
+ *
+ * Built-in kinds live in kind-builtin.c; the table below names them all.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "rok/combine.h"
+#include "rokd.h"
+
+static const struct kind *const kinds[] = {
+	&kind_noop,
+	&kind_sleep,
+	&kind_echo,
+};
+
+#define KIND_FRAME_MAX 256
+
+struct runner {
+	struct rtask *rec;
+	const struct kind *kind;
+	int64_t timeout_ns;
+	rok_future fut;
+	rok_timeout_op to;
+	void *val;
+	int err;
+	_Alignas(16) unsigned char body[KIND_FRAME_MAX];
+};
+
+const struct kind *kind_find(const uint8_t *name, size_t len)
+{
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		if (strlen(kinds[i]->name) == len &&
+		    memcmp(kinds[i]->name, name, len) == 0)
+			return kinds[i];
+	return NULL;
+}
+
+static rok_poll runner_poll(rok_cx *cx, void *frame)
+{
+	struct runner *f = frame;
+
+	ROK_BEGIN(cx);
+	tasktab_running(f->rec);
+	rok_future_init(&f->fut, f->kind->poll, f->body);
+	if (f->timeout_ns > 0)
+		ROK_AWAIT(cx, rok_timeout(cx, &f->to, f->timeout_ns, &f->fut,
+		                          &f->val, &f->err));
+	else
+		ROK_AWAIT(cx, rok_future_await(cx, &f->fut, &f->val));
+	ROK_CLEANUP(cx);
+	{
+		struct rt_outcome o = { .state = RT_SUCCEEDED };
+		int how = cx->cancelled_exit ? RT_CANCELLED
+		          : f->err == -ETIMEDOUT ? RT_TIMED_OUT
+		                                 : RT_SUCCEEDED;
+		f->kind->finish(f->body, how, &o);
+		if (how != RT_SUCCEEDED)
+			o.state = how;
+		tasktab_finish(f->rec, &o);
+	}
+	ROK_END(cx);
+}
+
+int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
+               rok_task **handle)
+{
+	struct runner f = {
+		.rec = r,
+		.kind = k,
+		.timeout_ns = spec->timeout_ms > (uint64_t)INT64_MAX / 1000000
+		                      ? INT64_MAX
+		                      : (int64_t)spec->timeout_ms * 1000000,
+	};
+
+	_Static_assert(sizeof(f.body) >= KIND_FRAME_MAX, "kind frame");
+	if (k->frame_size > sizeof(f.body))
+		return -EINVAL;
+	k->init(f.body, r, spec);
+	/* Only the used part of the body is copied into the task's frame. */
+	int err = rok_spawn(handle, runner_poll, &f,
+	                    offsetof(struct runner, body) + k->frame_size);
+	if (err < 0) {
+		struct rt_outcome o;
+		k->finish(f.body, RT_FAILED, &o);   /* frees what init took */
+	}
+	return err;
+}

@@ -1,0 +1,316 @@
+/*
+ * rokd.c — the daemon's main: options, start, signals, stop.
+ *
+ * The main thread parses the command line, reads the configuration, opens
+ * the listening socket, starts the runtime and hands the socket to the
+ * reactor thread.  Then it only waits for signals (blocked everywhere, taken
+ * with sigwait): SIGHUP reloads what can be reloaded, SIGTERM and SIGINT
+ * stop the daemon: stop accepting, cancel the tasks still running, answer
+ * every request in flight (the waits see their tasks end), close the
+ * connections once their replies are flushed, stop the runtime, exit 0.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "reactor.h"
+#include "rokd.h"
+
+int64_t rokd_started_ns;
+
+static const char rokd_usage[] =
+	"usage: rokd [-c FILE] [-s SOCKET] [-S STATE_DIR] [-w N] [--daemonize]\n"
+	"            [-v] [--version] [--help]\n"
+	"\n"
+	"  -c, --config FILE      read settings from FILE (see rokd.conf(5))\n"
+	"  -s, --socket SOCKET    listen on this Unix socket\n"
+	"  -S, --state-dir DIR    keep state (journal, output) in DIR\n"
+	"  -w, --workers N        runtime worker threads (default: ROK_WORKERS,\n"
+	"                         else the config file, else one per CPU)\n"
+	"      --daemonize        detach and run in the background\n"
+	"  -v, --verbose          log more (debug lines)\n"
+	"      --version          print the version and exit\n"
+	"  -h, --help             print this help and exit\n"
+	"\n"
+	"Defaults: as root /run/rok/rokd.sock and /var/lib/rok; otherwise\n"
+	"$XDG_RUNTIME_DIR/rok/rokd.sock and $XDG_STATE_HOME/rok\n"
+	"(or ~/.local/state/rok).  SIGTERM or SIGINT stop it; SIGHUP reloads\n"
+	"the limits from the config file.\n";
+
+struct rokd_opts {
+	const char *config_file, *socket, *state_dir;
+	unsigned workers;
+	bool daemonize;
+	int verbose;
+};
+
+static void rokd_parse_args(int argc, char **argv, struct rokd_opts *o)
+{
+	static const struct option longs[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "state-dir", required_argument, NULL, 'S' },
+		{ "workers", required_argument, NULL, 'w' },
+		{ "daemonize", no_argument, NULL, 'D' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int ch;
+
+	while ((ch = getopt_long(argc, argv, "c:s:S:w:vh", longs, NULL)) != -1) {
+		switch (ch) {
+		case 'c': o->config_file = optarg; break;
+		case 's': o->socket = optarg; break;
+		case 'S': o->state_dir = optarg; break;
+		case 'w': {
+			char *end;
+			unsigned long n = strtoul(optarg, &end, 10);
+			if (*optarg == '\0' || *end != '\0' || n < 1 || n > 1024) {
+				fprintf(stderr, "rokd: -w: expected 1..1024\n");
+				exit(2);
+			}
+			o->workers = (unsigned)n;
+			break;
+		}
+		case 'D': o->daemonize = true; break;
+		case 'v': o->verbose++; break;
+		case 'V': printf("rokd %s (protocol %d)\n", ROKD_VERSION,
+		                 ROKD_PROTOCOL);
+			  exit(0);
+		case 'h': fputs(rokd_usage, stdout); exit(0);
+		default: fputs(rokd_usage, stderr); exit(2);
+		}
+	}
+	if (optind != argc) {
+		fprintf(stderr, "rokd: unexpected argument: %s\n", argv[optind]);
+		fputs(rokd_usage, stderr);
+		exit(2);
+	}
+}
+
+/* Flags win over the environment, the environment over the config file. */
+static void rokd_apply(const struct rokd_opts *o)
+{
+	char err[512];
+
+	config_defaults(&config);
+	if (o->config_file != NULL &&
+	    config_load(&config, o->config_file, err, sizeof(err)) < 0)
+		fatalx("%s", err);
+	if (o->socket != NULL) {
+		free(config.socket_path);
+		config.socket_path = strdup(o->socket);
+	}
+	if (o->state_dir != NULL) {
+		free(config.state_dir);
+		config.state_dir = strdup(o->state_dir);
+	}
+	if (config.socket_path == NULL || config.state_dir == NULL)
+		fatalx("out of memory");
+	char n[16];
+	if (o->workers > 0) {
+		snprintf(n, sizeof(n), "%u", o->workers);
+		setenv("ROK_WORKERS", n, 1);
+	} else if (getenv("ROK_WORKERS") == NULL && config.workers > 0) {
+		snprintf(n, sizeof(n), "%u", config.workers);
+		setenv("ROK_WORKERS", n, 1);
+	}
+}
+
+/* mkdir -p for the state directory, private to its owner. */
+static void rokd_state_dir(void)
+{
+	char path[4096];
+
+	if (snprintf(path, sizeof(path), "%s", config.state_dir) >=
+	    (int)sizeof(path))
+		fatalx("state directory path too long");
+	for (char *p = path + 1; *p != '\0'; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(path, 0755) != 0 && errno != EEXIST)
+			fatalx("mkdir %s: %s", path, strerror(errno));
+		*p = '/';
+	}
+	if (mkdir(path, 0700) != 0 && errno != EEXIST)
+		fatalx("mkdir %s: %s", path, strerror(errno));
+}
+
+/* Many connections need many descriptors: take the hard limit. */
+static void rokd_raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			log_warn("setrlimit(RLIMIT_NOFILE)");
+	}
+}
+
+/* Tells systemd (Type=notify) that rokd is ready or stopping. */
+static void rokd_notify(const char *state)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	if (path == NULL || (path[0] != '/' && path[0] != '@') ||
+	    strlen(path) >= sizeof(sa.sun_path))
+		return;
+	memcpy(sa.sun_path, path, strlen(path));
+	if (sa.sun_path[0] == '@')
+		sa.sun_path[0] = '\0';   /* abstract namespace */
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+	                            strlen(path));
+	if (sendto(fd, state, strlen(state), MSG_NOSIGNAL,
+	           (struct sockaddr *)&sa, len) < 0)
+		log_warn("sd_notify");
+	close(fd);
+}
+
+static void rokd_daemonize(void)
+{
+	pid_t pid = fork();
+
+	if (pid < 0)
+		fatalx("fork: %s", strerror(errno));
+	if (pid > 0)
+		_exit(0);
+	if (setsid() < 0)
+		fatalx("setsid: %s", strerror(errno));
+	pid = fork();
+	if (pid < 0)
+		fatalx("fork: %s", strerror(errno));
+	if (pid > 0)
+		_exit(0);
+	if (chdir("/") != 0)
+		fatalx("chdir /: %s", strerror(errno));
+	int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (fd < 0 || dup2(fd, STDIN_FILENO) < 0 || dup2(fd, STDOUT_FILENO) < 0)
+		fatalx("/dev/null: %s", strerror(errno));
+	if (fd > STDERR_FILENO)
+		close(fd);
+	/* stderr stays: the log goes where the caller sent it. */
+}
+
+static void rokd_shutdown_cb(void *arg)
+{
+	(void)arg;
+	server_stop();
+	conn_shutdown();
+}
+
+static void rokd_close_all_cb(void *arg)
+{
+	(void)arg;
+	conn_close_all();
+}
+
+static void rokd_reload(const struct rokd_opts *o)
+{
+	struct config fresh;
+	char err[512];
+
+	if (o->config_file == NULL) {
+		log_info("SIGHUP: no config file to reload");
+		return;
+	}
+	config_defaults(&fresh);
+	if (config_load(&fresh, o->config_file, err, sizeof(err)) < 0) {
+		log_warnx("SIGHUP: %s; keeping the old settings", err);
+		config_free(&fresh);
+		return;
+	}
+	/* Limits only: paths and workers need a restart.  Plain stores are
+	 * fine: the reactor reads each limit once per use. */
+	config.max_in_flight = fresh.max_in_flight;
+	config.max_output = fresh.max_output;
+	config.max_queued = fresh.max_queued;
+	config.max_finished = fresh.max_finished;
+	config.max_connections = fresh.max_connections;
+	config_free(&fresh);
+	log_info("SIGHUP: limits reloaded from %s", o->config_file);
+}
+
+int main(int argc, char **argv)
+{
+	struct rokd_opts o = { 0 };
+	sigset_t sigs;
+	int sig, err;
+
+	rokd_parse_args(argc, argv, &o);
+	log_init(o.verbose);
+	rokd_apply(&o);
+	if (o.daemonize)
+		rokd_daemonize();
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	/* Blocked before any thread starts, so only sigwait takes them. */
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	rokd_raise_nofile();
+	rokd_state_dir();
+	if ((err = tasktab_init()) < 0)
+		fatalx("task table: %s", strerror(-err));
+	int fd = server_open();
+	if (fd < 0)
+		fatalx("cannot listen on %s: %s", config.socket_path,
+		       strerror(-fd));
+	if ((err = rok_start()) < 0)
+		fatalx("cannot start the runtime: %s", strerror(-err));
+	rokd_started_ns = rok_now();
+	if ((err = server_start(fd)) < 0)
+		fatalx("cannot start accepting: %s", strerror(-err));
+	struct rok_stats st;
+	rok_stats_get(&st);
+	log_info("rokd %s ready: %u workers, state in %s", ROKD_VERSION,
+	         st.workers, config.state_dir);
+	rokd_notify("READY=1");
+
+	for (;;) {
+		if (sigwait(&sigs, &sig) != 0)
+			continue;
+		if (sig == SIGHUP) {
+			rokd_reload(&o);
+			continue;
+		}
+		break;
+	}
+	log_info("%s: stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+	rokd_notify("STOPPING=1");
+	if (reactor_call(rokd_shutdown_cb, NULL) < 0)
+		log_warnx("could not reach the reactor to stop accepting");
+	tasktab_cancel_all();
+	/* Waits end as their tasks do; give the replies time to leave. */
+	for (int i = 0; i < 500 && !conn_all_closed(); i++)
+		usleep(10000);
+	if (!conn_all_closed()) {
+		log_warnx("some clients did not take their replies; closing");
+		if (reactor_call(rokd_close_all_cb, NULL) == 0)
+			for (int i = 0; i < 100 && !conn_all_closed(); i++)
+				usleep(10000);
+	}
+	if ((err = rok_stop()) < 0)
+		log_errno(err, "stopping the runtime");
+	tasktab_free();
+	config_free(&config);
+	log_info("stopped");
+	return 0;
+}

@@ -1,0 +1,236 @@
+/*
+ * rokd.h — the daemon's private header: every module's interface, grouped
+ * by file.  Threads: "reactor" is librok's reactor thread, which runs the
+ * whole front end (sockets, parsing, dispatch, replies); "worker" is any
+ * runtime worker, which runs task kinds and the requests that wait; "main"
+ * is the thread in main(), which only starts, waits for signals and stops.
+ */
+#ifndef ROKD_H
+#define ROKD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "rok.pb-c.h"
+#include "rok/rok.h"
+
+#define ROKD_VERSION "0.1.0"
+#define ROKD_PROTOCOL 1
+
+typedef Rok__V1__Request Request;
+typedef Rok__V1__Response Response;
+typedef Rok__V1__TaskInfo TaskInfo;
+typedef Rok__V1__TaskSpec TaskSpec;
+typedef Rok__V1__ErrorCode ErrorCode;
+
+/* ---- log.c: stderr, one line per event (any thread) ------------------- */
+void log_init(int verbosity);
+void log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_errno(int err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void fatalx(const char *fmt, ...) __attribute__((format(printf, 1, 2),
+                                                  noreturn));
+
+/* ---- config.c: settings (main thread; read-only once started) --------- */
+struct config {
+	char *socket_path;
+	char *state_dir;
+	unsigned workers;           /* 0: the runtime's default */
+	uint32_t max_frame;         /* bytes per frame, both directions */
+	uint32_t max_in_flight;     /* unanswered requests per connection */
+	uint64_t max_output;        /* bytes queued for one client */
+	uint64_t max_queued;        /* tasks queued, all clients */
+	uint64_t max_finished;      /* finished tasks kept for join/status */
+	unsigned max_connections;
+	char *socket_group;         /* root: group that may connect */
+	bool root;                  /* running as root */
+};
+
+extern struct config config;
+
+void config_defaults(struct config *c);
+/* Reads `key = value` lines; 0, or -1 with a message in err. */
+int config_load(struct config *c, const char *path, char *err, size_t len);
+void config_free(struct config *c);
+
+/* Parses "250ms", "5s", "2m", "1h" (and sums like "1m30s") into ns: 0 or
+ * -EINVAL. */
+int duration_parse(const char *s, size_t len, int64_t *ns);
+
+/* ---- tasktab.c: every task the daemon knows (any thread) -------------- */
+enum {
+	RT_QUEUED = ROK__V1__TASK_STATE__TASK_QUEUED,
+	RT_RUNNING = ROK__V1__TASK_STATE__TASK_RUNNING,
+	RT_SUCCEEDED = ROK__V1__TASK_STATE__TASK_SUCCEEDED,
+	RT_FAILED = ROK__V1__TASK_STATE__TASK_FAILED,
+	RT_CANCELLED = ROK__V1__TASK_STATE__TASK_CANCELLED,
+	RT_TIMED_OUT = ROK__V1__TASK_STATE__TASK_TIMED_OUT,
+	RT_INTERRUPTED = ROK__V1__TASK_STATE__TASK_INTERRUPTED,
+	RT_NSTATES = 8,
+};
+
+struct kind;
+
+/* The outcome a kind reports when it ends. */
+struct rt_outcome {
+	int state;                  /* RT_SUCCEEDED, RT_FAILED, ... */
+	uint8_t *value;             /* malloc'd, taken by tasktab_finish */
+	size_t value_len;
+	bool has_exit_code, has_signal;
+	int exit_code, signal;
+	char reason[160];
+};
+
+struct rtask;
+
+int  tasktab_init(void);
+void tasktab_free(void);
+
+/*
+ * Creates a queued task for `uid` from `spec` (validated by the caller),
+ * with a fresh id.  -EAGAIN when config.max_queued tasks are queued.
+ */
+int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
+                   struct rtask **out);
+
+/* Starts the runtime task of a created record (any thread): 0 or -errno,
+ * then the record is finished as failed. */
+int tasktab_start(struct rtask *r, const TaskSpec *spec);
+
+uint64_t tasktab_id(const struct rtask *r);
+
+/* The worker side of a kind: marks the task running / finished. */
+void tasktab_running(struct rtask *r);
+void tasktab_finish(struct rtask *r, struct rt_outcome *o);
+
+/*
+ * Looks `id` up for `uid` (root sees all).  On success *handle gets a new
+ * reference to its runtime task (NULL once finished) and the result is 0;
+ * else ROK__V1__ERROR_CODE__NOT_FOUND or __PERMISSION_DENIED.
+ */
+int tasktab_lookup(uint64_t id, uid_t uid, rok_task **handle);
+
+/* Fills *info (and allocations it owns, freed by tasktab_info_free) for
+ * `id` as `uid` sees it; a per-task error goes into info->error. */
+void tasktab_info(uint64_t id, uid_t uid, TaskInfo *info);
+void tasktab_info_free(TaskInfo *info);
+
+/* Requests cancellation: an ErrorCode. */
+int tasktab_cancel(uint64_t id, uid_t uid);
+
+/* Visible tasks with id > after, in id order: up to limit, *more set.
+ * Returns how many were filled into infos[]. */
+size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
+                    TaskInfo *infos, bool *more);
+
+/* Tasks by state, for stats. */
+void tasktab_counts(uint64_t counts[RT_NSTATES]);
+
+/* Cancels every unfinished task (shutdown). */
+void tasktab_cancel_all(void);
+
+/* ---- kind.c, kind-*.c: what a task does ------------------------------- */
+struct kind {
+	const char *name;
+	/* Checks a spec; 0, or -1 with a message in err.  Reactor thread. */
+	int (*check)(const TaskSpec *spec, char *err, size_t len);
+	/* The kind's body, a rok_future polled inside the task that runs the
+	 * record; its frame is `frame_size` bytes set up by init. */
+	rok_poll_fn poll;
+	size_t frame_size;
+	void (*init)(void *frame, struct rtask *r, const TaskSpec *spec);
+	/*
+	 * Called exactly once when the task ends, however it ended: `how` is
+	 * RT_SUCCEEDED for a normal end (the kind may set o->state to failed
+	 * and fill in a value, exit code, reason), RT_CANCELLED or
+	 * RT_TIMED_OUT otherwise.  Frees what init took.
+	 */
+	void (*finish)(void *frame, int how, struct rt_outcome *o);
+};
+
+const struct kind *kind_find(const uint8_t *name, size_t len);
+/* Spawns the runtime task that runs record r: 0 or -errno. */
+int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
+               rok_task **handle);
+
+extern const struct kind kind_noop, kind_sleep, kind_echo;
+
+/* ---- conn.c: one client connection (reactor thread) ------------------- */
+struct conn;
+
+/* Takes an accepted socket; closes it on failure. */
+void conn_accept(int fd);
+void conn_ref(struct conn *c);
+void conn_unref(struct conn *c);
+uid_t conn_uid(const struct conn *c);
+bool conn_hello_done(const struct conn *c);
+void conn_set_hello_done(struct conn *c);
+
+/* Encodes and queues a response (reactor thread).  Closes the connection if
+ * its client let too much output pile up. */
+void conn_send(struct conn *c, const Response *resp);
+void conn_send_error(struct conn *c, uint64_t id, ErrorCode code,
+                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/*
+ * A request that waits: counts it against the connection's in-flight limit
+ * (false: over the limit, answered already) and keeps the connection alive
+ * until reply_post delivers its answer.
+ */
+bool conn_begin_wait(struct conn *c, uint64_t id);
+
+/* Any thread: encodes resp now and delivers it on the reactor thread, ending
+ * a wait begun with conn_begin_wait. */
+void reply_post(struct conn *c, const Response *resp);
+void reply_post_error(struct conn *c, uint64_t id, ErrorCode code,
+                      const char *msg);
+
+unsigned conn_count(void);
+/* Shutdown: stop reading requests, close every connection once its output
+ * is flushed and its waits answered; *all_closed when none is left. */
+void conn_shutdown(void);
+bool conn_all_closed(void);      /* any thread */
+void conn_close_all(void);
+
+/* ---- server.c: the listening socket (main, then reactor thread) ------- */
+/* Opens (or inherits from systemd) the listening socket: fd or -errno. */
+int server_open(void);
+/* Starts accepting on the reactor thread. */
+int server_start(int fd);
+/* Stops accepting and closes the socket (reactor thread via reactor_call). */
+void server_stop(void);
+
+/* ---- dispatch.c and cmd-*.c: requests (reactor thread) ---------------- */
+struct cmd {
+	Rok__V1__Request__BodyCase body;
+	const char *name;
+	void (*exec)(struct conn *c, const Request *req);
+};
+
+void dispatch(struct conn *c, const Request *req);
+
+void cmd_hello(struct conn *c, const Request *req);
+void cmd_ping(struct conn *c, const Request *req);
+void cmd_spawn(struct conn *c, const Request *req);
+void cmd_join(struct conn *c, const Request *req);
+void cmd_race(struct conn *c, const Request *req);
+void cmd_select(struct conn *c, const Request *req);
+void cmd_cancel(struct conn *c, const Request *req);
+void cmd_status(struct conn *c, const Request *req);
+void cmd_list(struct conn *c, const Request *req);
+void cmd_stats(struct conn *c, const Request *req);
+
+/* Validates a spec and creates its record: 0 or an ErrorCode with a message
+ * in err.  Shared by spawn and select. */
+int cmd_create_task(struct conn *c, const TaskSpec *spec, struct rtask **out,
+                    char *err, size_t len);
+
+/* ---- rokd.c ----------------------------------------------------------- */
+extern int64_t rokd_started_ns;
+
+#endif /* ROKD_H */

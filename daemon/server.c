@@ -1,0 +1,230 @@
+/*
+ * server.c — the listening socket.
+ *
+ * server_open runs on the main thread before anything else: it takes the
+ * socket systemd passed (socket activation: LISTEN_PID/LISTEN_FDS) or
+ * creates one at config.socket_path, inside a directory that only its owner
+ * may write, with mode 0600 (0660 and group config.socket_group as root).
+ * A live daemon already answering on the path is left alone: rokd refuses
+ * to start.  server_start then accepts on the reactor thread.
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "reactor.h"
+#include "rokd.h"
+
+#define SERVER_BACKLOG 1024
+
+static struct {
+	int fd;
+	bool inherited;
+	struct event *ev;
+	struct event *pause;      /* re-arms accepting after EMFILE */
+} server = { .fd = -1 };
+
+/* Creates each missing directory of `dir` with `mode`; checks the last one
+ * is ours and writable by nobody else. */
+static int server_make_dir(const char *dir, mode_t mode)
+{
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	struct stat st;
+
+	if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	for (char *p = path + 1; *p != '\0'; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(path, 0755) != 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(path, mode) != 0 && errno != EEXIST)
+		return -errno;
+	if (stat(path, &st) != 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+		log_warnx("%s must be a directory owned by uid %u and writable by "
+		          "nobody else", path, (unsigned)geteuid());
+		return -EPERM;
+	}
+	return 0;
+}
+
+/* True if a daemon answers on the path. */
+static bool server_alive(const struct sockaddr_un *sa)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool alive = false;
+
+	if (fd >= 0) {
+		alive = connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0;
+		close(fd);
+	}
+	return alive;
+}
+
+/* The socket systemd handed over, or -1. */
+static int server_inherited(void)
+{
+	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+
+	if (pid == NULL || fds == NULL || atol(pid) != (long)getpid() ||
+	    atoi(fds) < 1)
+		return -1;
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	int fd = 3;   /* SD_LISTEN_FDS_START */
+	int fl = fcntl(fd, F_GETFD);
+	if (fl < 0 || fcntl(fd, F_SETFD, fl | FD_CLOEXEC) < 0 ||
+	    (fl = fcntl(fd, F_GETFL)) < 0 ||
+	    fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -1;
+	return fd;
+}
+
+int server_open(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = server_inherited();
+
+	if (fd >= 0) {
+		server.inherited = true;
+		log_info("listening on the socket passed by systemd");
+		return server.fd = fd;
+	}
+	if (snprintf(sa.sun_path, sizeof(sa.sun_path), "%s",
+	             config.socket_path) >= (int)sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	char dir[sizeof(sa.sun_path)];
+	snprintf(dir, sizeof(dir), "%s", config.socket_path);
+	char *slash = strrchr(dir, '/');
+	if (slash != NULL && slash != dir) {
+		*slash = '\0';
+		int err = server_make_dir(dir, config.root ? 0755 : 0700);
+		if (err < 0)
+			return err;
+	}
+	if (server_alive(&sa)) {
+		log_warnx("another rokd already answers on %s", sa.sun_path);
+		return -EADDRINUSE;
+	}
+	if (unlink(sa.sun_path) != 0 && errno != ENOENT)
+		return -errno;
+
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	mode_t old = umask(0177);
+	int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	umask(old);
+	if (rc != 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	if (config.root) {
+		gid_t gid = 0;
+		if (config.socket_group != NULL) {
+			struct group *g = getgrnam(config.socket_group);
+			if (g == NULL) {
+				log_warnx("socket_group %s: no such group",
+				          config.socket_group);
+				close(fd);
+				return -EINVAL;
+			}
+			gid = g->gr_gid;
+		}
+		if (chown(sa.sun_path, 0, gid) != 0 ||
+		    chmod(sa.sun_path, 0660) != 0) {
+			rc = -errno;
+			close(fd);
+			return rc;
+		}
+	}
+	if (listen(fd, SERVER_BACKLOG) != 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	log_info("listening on %s", sa.sun_path);
+	return server.fd = fd;
+}
+
+static void server_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+	if (server.ev != NULL)
+		event_add(server.ev, NULL);
+}
+
+static void server_accept_cb(evutil_socket_t lfd, short what, void *arg)
+{
+	(void)what;
+	(void)arg;
+	for (int i = 0; i < 64; i++) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd >= 0) {
+			conn_accept(fd);
+			continue;
+		}
+		if (errno == EINTR || errno == ECONNABORTED)
+			continue;
+		if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+		    errno == ENOMEM) {
+			/* Out of descriptors: stop accepting for a moment
+			 * instead of spinning on a socket that stays ready. */
+			static const struct timeval pause = { 0, 100000 };
+			log_warn("accept");
+			event_del(server.ev);
+			event_add(server.pause, &pause);
+		}
+		return;   /* EAGAIN: nothing more to accept */
+	}
+}
+
+static void server_start_cb(void *arg)
+{
+	(void)arg;
+	server.ev = event_new(reactor_base(), server.fd, EV_READ | EV_PERSIST,
+	                      server_accept_cb, NULL);
+	server.pause = evtimer_new(reactor_base(), server_resume_cb, NULL);
+	if (server.ev == NULL || server.pause == NULL ||
+	    event_add(server.ev, NULL) != 0)
+		fatalx("cannot watch the listening socket");
+}
+
+int server_start(int fd)
+{
+	server.fd = fd;
+	return reactor_call(server_start_cb, NULL);
+}
+
+void server_stop(void)
+{
+	if (server.ev != NULL) {
+		event_free(server.ev);
+		event_free(server.pause);
+		server.ev = server.pause = NULL;
+	}
+	if (server.fd >= 0) {
+		close(server.fd);
+		server.fd = -1;
+		if (!server.inherited)
+			unlink(config.socket_path);
+	}
+}

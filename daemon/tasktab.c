@@ -1,0 +1,470 @@
+/*
+ * tasktab.c — the task table: every task rokd knows, by id.
+ *
+ * A record is created on the reactor thread when a spawn is accepted, is
+ * updated by the worker that runs its kind (running, finished), and is read
+ * by requests on any thread.  One mutex guards the table and every record:
+ * critical sections are a hash lookup and a few field copies, so a single
+ * lock is enough at hundreds of thousands of tasks per second.
+ *
+ * Records sit in a hash table by id, in a list in id order (ids are handed
+ * out in increasing order, so appending keeps it sorted; `list` pages
+ * through it), and, once finished, in a FIFO: when more than
+ * config.max_finished finished tasks are kept, the oldest are forgotten, so
+ * memory stays bounded under any load.  An unfinished record is never
+ * forgotten: its runtime task points at it.
+ *
+ * Ids are never reused: one counter, increasing.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "rokd.h"
+
+struct rtask {
+	uint64_t id;
+	uid_t uid;
+	int state;
+	const struct kind *kind;
+	size_t nargs;
+	ProtobufCBinaryData *args;     /* one allocation with the bytes */
+	uint8_t *value;
+	size_t value_len;
+	bool has_exit_code, has_signal;
+	int exit_code, signal;
+	char *reason;
+	uint64_t spawned_us, started_us, finished_us;
+	rok_task *handle;              /* the runtime task, until finished */
+	struct rtask *hnext;           /* hash chain */
+	struct rtask *prev, *next;     /* all records, in id order */
+	struct rtask *fnext;           /* finished FIFO */
+};
+
+static struct {
+	pthread_mutex_t lock;
+	struct rtask **buckets;
+	size_t nbuckets;               /* power of 2 */
+	size_t count;
+	uint64_t next_id;
+	struct rtask *head, *tail;     /* id order */
+	struct rtask *fhead, *ftail;   /* finished, oldest first */
+	uint64_t nfinished;
+	uint64_t counts[RT_NSTATES];
+} tab = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static uint64_t tasktab_now_us(void)
+{
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	return (uint64_t)tv.tv_sec * 1000000 + (uint64_t)tv.tv_usec;
+}
+
+int tasktab_init(void)
+{
+	tab.nbuckets = 1024;
+	tab.buckets = calloc(tab.nbuckets, sizeof(*tab.buckets));
+	tab.next_id = 1;
+	return tab.buckets != NULL ? 0 : -ENOMEM;
+}
+
+static void tasktab_free_record(struct rtask *r)
+{
+	rok_task_unref(r->handle);
+	free(r->args);
+	free(r->value);
+	free(r->reason);
+	free(r);
+}
+
+void tasktab_free(void)
+{
+	pthread_mutex_lock(&tab.lock);
+	struct rtask *r = tab.head;
+	while (r != NULL) {
+		struct rtask *next = r->next;
+		tasktab_free_record(r);
+		r = next;
+	}
+	free(tab.buckets);
+	tab.buckets = NULL;
+	tab.head = tab.tail = tab.fhead = tab.ftail = NULL;
+	tab.count = tab.nfinished = 0;
+	memset(tab.counts, 0, sizeof(tab.counts));
+	pthread_mutex_unlock(&tab.lock);
+}
+
+static size_t tasktab_bucket(uint64_t id)
+{
+	/* Ids are sequential: multiplicative hashing spreads them. */
+	return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 20) &
+	       (tab.nbuckets - 1);
+}
+
+/* Lock held. */
+static struct rtask *tasktab_find(uint64_t id)
+{
+	struct rtask *r = tab.buckets[tasktab_bucket(id)];
+
+	while (r != NULL && r->id != id)
+		r = r->hnext;
+	return r;
+}
+
+/* Lock held.  Doubles the buckets when the table is full; failure to grow
+ * only costs speed. */
+static void tasktab_grow(void)
+{
+	size_t n = tab.nbuckets * 2;
+	struct rtask **b = calloc(n, sizeof(*b));
+
+	if (b == NULL)
+		return;
+	struct rtask **old = tab.buckets;
+	size_t oldn = tab.nbuckets;
+	tab.buckets = b;
+	tab.nbuckets = n;
+	for (size_t i = 0; i < oldn; i++) {
+		struct rtask *r = old[i];
+		while (r != NULL) {
+			struct rtask *next = r->hnext;
+			size_t k = tasktab_bucket(r->id);
+			r->hnext = b[k];
+			b[k] = r;
+			r = next;
+		}
+	}
+	free(old);
+}
+
+/* Lock held.  Forgets the oldest finished records beyond the cap. */
+static void tasktab_evict(void)
+{
+	while (tab.nfinished > config.max_finished && tab.fhead != NULL) {
+		struct rtask *r = tab.fhead;
+		tab.fhead = r->fnext;
+		if (tab.fhead == NULL)
+			tab.ftail = NULL;
+		tab.nfinished--;
+		struct rtask **p = &tab.buckets[tasktab_bucket(r->id)];
+		while (*p != r)
+			p = &(*p)->hnext;
+		*p = r->hnext;
+		if (r->prev != NULL)
+			r->prev->next = r->next;
+		else
+			tab.head = r->next;
+		if (r->next != NULL)
+			r->next->prev = r->prev;
+		else
+			tab.tail = r->prev;
+		tab.count--;
+		tab.counts[r->state]--;
+		tasktab_free_record(r);
+	}
+}
+
+/* Copies a spec's args into one allocation. */
+static ProtobufCBinaryData *tasktab_copy_args(const TaskSpec *spec)
+{
+	size_t bytes = spec->n_args * sizeof(ProtobufCBinaryData);
+
+	for (size_t i = 0; i < spec->n_args; i++)
+		bytes += spec->args[i].len;
+	ProtobufCBinaryData *a = malloc(bytes > 0 ? bytes : 1);
+	if (a == NULL)
+		return NULL;
+	uint8_t *p = (uint8_t *)(a + spec->n_args);
+	for (size_t i = 0; i < spec->n_args; i++) {
+		a[i].len = spec->args[i].len;
+		a[i].data = p;
+		if (spec->args[i].len > 0)
+			memcpy(p, spec->args[i].data, spec->args[i].len);
+		p += spec->args[i].len;
+	}
+	return a;
+}
+
+int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
+                   struct rtask **out)
+{
+	struct rtask *r = calloc(1, sizeof(*r));
+
+	*out = NULL;
+	if (r == NULL || (r->args = tasktab_copy_args(spec)) == NULL) {
+		free(r);
+		return -ENOMEM;
+	}
+	r->nargs = spec->n_args;
+	r->uid = uid;
+	r->kind = k;
+	r->state = RT_QUEUED;
+	r->spawned_us = tasktab_now_us();
+
+	pthread_mutex_lock(&tab.lock);
+	if (tab.counts[RT_QUEUED] >= config.max_queued) {
+		pthread_mutex_unlock(&tab.lock);
+		tasktab_free_record(r);
+		return -EAGAIN;
+	}
+	r->id = tab.next_id++;
+	tab.counts[RT_QUEUED]++;
+	if (tab.count >= tab.nbuckets)
+		tasktab_grow();
+	size_t b = tasktab_bucket(r->id);
+	r->hnext = tab.buckets[b];
+	tab.buckets[b] = r;
+	r->prev = tab.tail;
+	if (tab.tail != NULL)
+		tab.tail->next = r;
+	else
+		tab.head = r;
+	tab.tail = r;
+	tab.count++;
+	tasktab_evict();
+	pthread_mutex_unlock(&tab.lock);
+	*out = r;
+	return 0;
+}
+
+uint64_t tasktab_id(const struct rtask *r)
+{
+	return r->id;
+}
+
+/* Lock held.  Moves a record to a new state, keeping the counts. */
+static void tasktab_set_state(struct rtask *r, int state)
+{
+	tab.counts[r->state]--;
+	tab.counts[state]++;
+	r->state = state;
+}
+
+int tasktab_start(struct rtask *r, const TaskSpec *spec)
+{
+	rok_task *h;
+	int err = kind_spawn(r, r->kind, spec, &h);
+
+	if (err < 0) {
+		struct rt_outcome o = { .state = RT_FAILED };
+		snprintf(o.reason, sizeof(o.reason), "could not start: %s",
+		         strerror(-err));
+		tasktab_finish(r, &o);
+		return err;
+	}
+	pthread_mutex_lock(&tab.lock);
+	if (r->state == RT_QUEUED || r->state == RT_RUNNING)
+		r->handle = h;   /* kept for join, race and cancel */
+	else
+		rok_task_unref(h);   /* it finished already */
+	pthread_mutex_unlock(&tab.lock);
+	return 0;
+}
+
+void tasktab_running(struct rtask *r)
+{
+	pthread_mutex_lock(&tab.lock);
+	if (r->state == RT_QUEUED) {
+		tasktab_set_state(r, RT_RUNNING);
+		r->started_us = tasktab_now_us();
+	}
+	pthread_mutex_unlock(&tab.lock);
+}
+
+void tasktab_finish(struct rtask *r, struct rt_outcome *o)
+{
+	pthread_mutex_lock(&tab.lock);
+	tasktab_set_state(r, o->state);
+	r->finished_us = tasktab_now_us();
+	r->value = o->value;
+	r->value_len = o->value_len;
+	o->value = NULL;
+	r->has_exit_code = o->has_exit_code;
+	r->exit_code = o->exit_code;
+	r->has_signal = o->has_signal;
+	r->signal = o->signal;
+	if (o->reason[0] != '\0')
+		r->reason = strdup(o->reason);   /* NULL on ENOMEM: no reason */
+	/* The runtime task is about to end: joiners see this record. */
+	rok_task *h = r->handle;
+	r->handle = NULL;
+	if (tab.ftail != NULL)
+		tab.ftail->fnext = r;
+	else
+		tab.fhead = r;
+	tab.ftail = r;
+	tab.nfinished++;
+	pthread_mutex_unlock(&tab.lock);
+	/*
+	 * Dropped after unlocking: the poll that calls this still holds the
+	 * runtime's own reference, so this never frees the running task.
+	 */
+	rok_task_unref(h);
+}
+
+/* Lock held: the record as `uid` may see it, or an error code. */
+static int tasktab_visible(uint64_t id, uid_t uid, struct rtask **out)
+{
+	struct rtask *r = tasktab_find(id);
+
+	*out = NULL;
+	if (r == NULL)
+		return ROK__V1__ERROR_CODE__NOT_FOUND;
+	if (uid != 0 && r->uid != uid)
+		return ROK__V1__ERROR_CODE__PERMISSION_DENIED;
+	*out = r;
+	return 0;
+}
+
+int tasktab_lookup(uint64_t id, uid_t uid, rok_task **handle)
+{
+	struct rtask *r;
+
+	*handle = NULL;
+	pthread_mutex_lock(&tab.lock);
+	int code = tasktab_visible(id, uid, &r);
+	if (code == 0 && r->handle != NULL)
+		*handle = rok_task_ref(r->handle);
+	pthread_mutex_unlock(&tab.lock);
+	return code;
+}
+
+static void tasktab_set_error(TaskInfo *info, uint64_t id, int code)
+{
+	static const char *const what[] = {
+		[ROK__V1__ERROR_CODE__NOT_FOUND] = "no such task",
+		[ROK__V1__ERROR_CODE__PERMISSION_DENIED] =
+			"task belongs to another user",
+	};
+	Rok__V1__Error *e = malloc(sizeof(*e));
+
+	info->id = id;
+	if (e == NULL)
+		return;
+	rok__v1__error__init(e);
+	e->code = (ErrorCode)code;
+	e->message.data = (uint8_t *)(uintptr_t)what[code];
+	e->message.len = strlen(what[code]);
+	info->error = e;
+}
+
+static uint8_t *tasktab_dup(const void *p, size_t n)
+{
+	uint8_t *d = malloc(n > 0 ? n : 1);
+
+	if (d != NULL && n > 0)
+		memcpy(d, p, n);
+	return d;
+}
+
+/* Lock held.  Fills info from r with copies. */
+static void tasktab_fill(const struct rtask *r, TaskInfo *info)
+{
+	info->id = r->id;
+	info->state = (Rok__V1__TaskState)r->state;
+	info->uid = (uint32_t)r->uid;
+	info->kind.data = (uint8_t *)(uintptr_t)r->kind->name;
+	info->kind.len = strlen(r->kind->name);
+	if (r->value != NULL && (info->value.data = tasktab_dup(
+		                         r->value, r->value_len)) != NULL)
+		info->value.len = r->value_len;
+	info->has_exit_code = r->has_exit_code;
+	info->exit_code = r->exit_code;
+	info->has_signal = r->has_signal;
+	info->signal = r->signal;
+	info->spawned_us = r->spawned_us;
+	info->started_us = r->started_us;
+	info->finished_us = r->finished_us;
+	if (r->reason != NULL && (info->reason.data = tasktab_dup(
+		                          r->reason, strlen(r->reason))) != NULL)
+		info->reason.len = strlen(r->reason);
+	if (r->nargs > 0 &&
+	    (info->args = malloc(r->nargs * sizeof(*info->args))) != NULL) {
+		for (size_t i = 0; i < r->nargs; i++) {
+			info->args[i].data = tasktab_dup(r->args[i].data,
+			                                 r->args[i].len);
+			info->args[i].len = info->args[i].data != NULL
+			                            ? r->args[i].len : 0;
+		}
+		info->n_args = r->nargs;
+	}
+}
+
+void tasktab_info(uint64_t id, uid_t uid, TaskInfo *info)
+{
+	struct rtask *r;
+
+	rok__v1__task_info__init(info);
+	pthread_mutex_lock(&tab.lock);
+	int code = tasktab_visible(id, uid, &r);
+	if (code == 0)
+		tasktab_fill(r, info);
+	pthread_mutex_unlock(&tab.lock);
+	if (code != 0)
+		tasktab_set_error(info, id, code);
+}
+
+void tasktab_info_free(TaskInfo *info)
+{
+	free(info->value.data);
+	free(info->reason.data);
+	for (size_t i = 0; i < info->n_args; i++)
+		free(info->args[i].data);
+	free(info->args);
+	free(info->error);
+	rok__v1__task_info__init(info);
+}
+
+int tasktab_cancel(uint64_t id, uid_t uid)
+{
+	struct rtask *r;
+
+	pthread_mutex_lock(&tab.lock);
+	int code = tasktab_visible(id, uid, &r);
+	if (code == 0 && r->handle != NULL)
+		rok_task_cancel(r->handle);   /* atomic ops only: fine here */
+	pthread_mutex_unlock(&tab.lock);
+	return code;
+}
+
+size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
+                    TaskInfo *infos, bool *more)
+{
+	size_t n = 0;
+
+	*more = false;
+	pthread_mutex_lock(&tab.lock);
+	for (struct rtask *r = tab.head; r != NULL; r = r->next) {
+		if (r->id <= after || (uid != 0 && r->uid != uid) ||
+		    (state != 0 && r->state != state))
+			continue;
+		if (n == limit) {
+			*more = true;
+			break;
+		}
+		rok__v1__task_info__init(&infos[n]);
+		tasktab_fill(r, &infos[n++]);
+	}
+	pthread_mutex_unlock(&tab.lock);
+	return n;
+}
+
+void tasktab_counts(uint64_t counts[RT_NSTATES])
+{
+	pthread_mutex_lock(&tab.lock);
+	memcpy(counts, tab.counts, sizeof(tab.counts));
+	pthread_mutex_unlock(&tab.lock);
+}
+
+void tasktab_cancel_all(void)
+{
+	pthread_mutex_lock(&tab.lock);
+	for (struct rtask *r = tab.head; r != NULL; r = r->next)
+		if (r->handle != NULL)
+			rok_task_cancel(r->handle);
+	pthread_mutex_unlock(&tab.lock);
+}

@@ -1,0 +1,290 @@
+/*
+ * waiter.c — the requests that wait: join, race, select and spawn --wait.
+ *
+ * Each is a runtime task (the daemon is the first user of its library): it
+ * awaits the tasks' handles with librok's join, race and timeouts, then
+ * builds its reply on the worker and posts it to the reactor thread.  The
+ * connection is kept alive meanwhile by the reference conn_begin_wait took;
+ * a waiting client never holds up a worker, the reactor or anyone else.
+ *
+ * Task ids are looked up when the wait starts: a task that already finished
+ * has no handle and counts as done; an unknown id or another user's task is
+ * reported in the reply (join) or fails the request (race).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rok/combine.h"
+#include "rokd.h"
+#include "waiter.h"
+
+struct waiter {
+	struct conn *conn;
+	uint64_t req_id;
+	uid_t uid;
+	int mode;                  /* WAIT_* */
+	size_t n;
+	uint64_t *ids;             /* n, owned */
+	rok_task **handles;        /* n, owned refs; NULL: finished or missing */
+	int64_t deadline;          /* rok_now() time; 0: none */
+	bool cancel_rest;
+	bool timed_out;
+	size_t i, winner;
+	void *v;
+	int err;
+	rok_join_timeout_op jt;
+	rok_join_op join;
+	rok_race_op race;
+	rok_sleep_op sleep;
+	rok_task **live;           /* race: the handles still running */
+	size_t *live_index;
+	size_t nlive;
+};
+
+static void waiter_free(struct waiter *f)
+{
+	for (size_t i = 0; i < f->n; i++)
+		rok_task_unref(f->handles[i]);
+	free(f->handles);
+	free(f->ids);
+	free(f->live);
+	free(f->live_index);
+}
+
+static void waiter_reply_join(struct waiter *f)
+{
+	Response resp = ROK__V1__RESPONSE__INIT;
+	Rok__V1__JoinReply jr = ROK__V1__JOIN_REPLY__INIT;
+	Rok__V1__SpawnReply sr = ROK__V1__SPAWN_REPLY__INIT;
+	TaskInfo *infos = calloc(f->n, sizeof(*infos));
+	TaskInfo **ptrs = calloc(f->n, sizeof(*ptrs));
+
+	if (infos == NULL || ptrs == NULL) {
+		free(infos);
+		free(ptrs);
+		reply_post_error(f->conn, f->req_id,
+		                 ROK__V1__ERROR_CODE__INTERNAL, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < f->n; i++) {
+		tasktab_info(f->ids[i], f->uid, &infos[i]);
+		ptrs[i] = &infos[i];
+	}
+	resp.id = f->req_id;
+	if (f->mode == WAIT_SPAWN) {
+		sr.id = f->ids[0];
+		sr.task = ptrs[0];
+		resp.body_case = ROK__V1__RESPONSE__BODY_SPAWN;
+		resp.spawn = &sr;
+	} else {
+		jr.n_tasks = f->n;
+		jr.tasks = ptrs;
+		resp.body_case = ROK__V1__RESPONSE__BODY_JOIN;
+		resp.join = &jr;
+	}
+	reply_post(f->conn, &resp);
+	for (size_t i = 0; i < f->n; i++)
+		tasktab_info_free(&infos[i]);
+	free(infos);
+	free(ptrs);
+}
+
+static void waiter_reply_race(struct waiter *f)
+{
+	Response resp = ROK__V1__RESPONSE__INIT;
+	Rok__V1__RaceReply rr = ROK__V1__RACE_REPLY__INIT;
+	Rok__V1__SelectReply sr = ROK__V1__SELECT_REPLY__INIT;
+	TaskInfo info;
+
+	tasktab_info(f->ids[f->winner], f->uid, &info);
+	resp.id = f->req_id;
+	if (f->mode == WAIT_SELECT) {
+		sr.index = (uint32_t)f->winner;
+		sr.winner = &info;
+		sr.n_ids = f->n;
+		sr.ids = f->ids;
+		resp.body_case = ROK__V1__RESPONSE__BODY_SELECT;
+		resp.select = &sr;
+	} else {
+		rr.index = (uint32_t)f->winner;
+		rr.winner = &info;
+		resp.body_case = ROK__V1__RESPONSE__BODY_RACE;
+		resp.race = &rr;
+	}
+	reply_post(f->conn, &resp);
+	tasktab_info_free(&info);
+}
+
+/*
+ * Awaits the race of the live handles, or the deadline.  An op of its own
+ * so that one await covers both, honouring the releasing contract.
+ */
+static rok_poll waiter_race_or_deadline(rok_cx *cx, struct waiter *f)
+{
+	const unsigned flags = f->cancel_rest ? ROK_RACE_CANCEL_LOSERS : 0;
+
+	if (cx->releasing) {
+		(void)rok_race(cx, &f->race, f->live, f->nlive, flags,
+		               &f->winner, &f->v, &f->err);
+		if (f->deadline != 0)
+			(void)rok_sleep_until(cx, &f->sleep, f->deadline);
+		return ROK_PENDING;
+	}
+	if (rok_race(cx, &f->race, f->live, f->nlive, flags, &f->winner, &f->v,
+	             &f->err) == ROK_READY) {
+		f->winner = f->live_index[f->winner];
+		if (f->deadline != 0) {
+			cx->releasing = true;   /* drop the timer */
+			(void)rok_sleep_until(cx, &f->sleep, f->deadline);
+			cx->releasing = false;
+		}
+		return ROK_READY;
+	}
+	if (f->deadline != 0 &&
+	    rok_sleep_until(cx, &f->sleep, f->deadline) == ROK_READY) {
+		cx->releasing = true;   /* drop the race's registrations */
+		(void)rok_race(cx, &f->race, f->live, f->nlive, flags,
+		               &f->winner, &f->v, &f->err);
+		cx->releasing = false;
+		f->timed_out = true;
+		return ROK_READY;
+	}
+	return ROK_PENDING;
+}
+
+static void waiter_cancel_all(struct waiter *f)
+{
+	for (size_t i = 0; i < f->n; i++)
+		if (f->handles[i] != NULL)
+			rok_task_cancel(f->handles[i]);
+}
+
+static rok_poll waiter_poll(rok_cx *cx, void *frame)
+{
+	struct waiter *f = frame;
+
+	ROK_BEGIN(cx);
+	if (f->mode == WAIT_JOIN || f->mode == WAIT_SPAWN) {
+		for (f->i = 0; f->i < f->n; f->i++) {
+			if (f->handles[f->i] == NULL)
+				continue;
+			if (f->deadline == 0) {
+				ROK_AWAIT(cx, rok_join(cx, &f->join,
+				                       f->handles[f->i], &f->v));
+				continue;
+			}
+			ROK_AWAIT(cx, rok_join_timeout(cx, &f->jt,
+			                               f->handles[f->i],
+			                               f->deadline - rok_now(),
+			                               &f->v, &f->err));
+			if (f->err == -ETIMEDOUT) {
+				f->timed_out = true;
+				break;
+			}
+		}
+		if (f->timed_out)
+			reply_post_error(f->conn, f->req_id,
+			                 ROK__V1__ERROR_CODE__TIMED_OUT,
+			                 "timed out; the tasks keep running");
+		else
+			waiter_reply_join(f);
+		ROK_RETURN(cx, 0);
+	}
+
+	/* race and select: a finished task wins at once, lowest index
+	 * first; else race the running ones. */
+	for (f->i = 0; f->i < f->n; f->i++)
+		if (f->handles[f->i] == NULL)
+			break;
+	if (f->i < f->n) {
+		f->winner = f->i;
+	} else {
+		ROK_AWAIT(cx, waiter_race_or_deadline(cx, f));
+	}
+	if (f->timed_out) {
+		if (f->mode == WAIT_SELECT)
+			waiter_cancel_all(f);
+		reply_post_error(f->conn, f->req_id,
+		                 ROK__V1__ERROR_CODE__TIMED_OUT,
+		                 f->mode == WAIT_SELECT
+		                         ? "timed out; every task was cancelled"
+		                         : "timed out; the tasks keep running");
+	} else {
+		if (f->cancel_rest)
+			for (size_t i = 0; i < f->n; i++)
+				if (i != f->winner && f->handles[i] != NULL)
+					rok_task_cancel(f->handles[i]);
+		waiter_reply_race(f);
+	}
+	ROK_CLEANUP(cx);
+	if (cx->cancelled_exit)
+		/* Only rok_stop cancels a waiter: answer it all the same. */
+		reply_post_error(f->conn, f->req_id,
+		                 ROK__V1__ERROR_CODE__UNAVAILABLE,
+		                 "the daemon is stopping");
+	waiter_free(f);
+	ROK_END(cx);
+}
+
+int waiter_start(struct conn *c, uint64_t req_id, int mode,
+                 const uint64_t *ids, size_t n, uint64_t timeout_ms,
+                 bool cancel_rest)
+{
+	struct waiter f = {
+		.conn = c,
+		.req_id = req_id,
+		.uid = conn_uid(c),
+		.mode = mode,
+		.n = n,
+		.cancel_rest = cancel_rest || mode == WAIT_SELECT,
+	};
+	char msg[96];
+
+	if (timeout_ms > 0)
+		f.deadline = rok_now() +
+		             (timeout_ms > (uint64_t)INT64_MAX / 2000000
+		                      ? INT64_MAX / 2
+		                      : (int64_t)timeout_ms * 1000000);
+	f.ids = malloc(n * sizeof(*f.ids));
+	f.handles = calloc(n, sizeof(*f.handles));
+	f.live = calloc(n, sizeof(*f.live));
+	f.live_index = calloc(n, sizeof(*f.live_index));
+	if (f.ids == NULL || f.handles == NULL || f.live == NULL ||
+	    f.live_index == NULL) {
+		waiter_free(&f);
+		conn_send_error(c, req_id, ROK__V1__ERROR_CODE__INTERNAL,
+		                "out of memory");
+		return -ENOMEM;
+	}
+	memcpy(f.ids, ids, n * sizeof(*ids));
+	for (size_t i = 0; i < n; i++) {
+		int code = tasktab_lookup(ids[i], f.uid, &f.handles[i]);
+		if (code != 0 && mode != WAIT_JOIN && mode != WAIT_SPAWN) {
+			snprintf(msg, sizeof(msg), "task %llu: %s",
+			         (unsigned long long)ids[i],
+			         code == ROK__V1__ERROR_CODE__NOT_FOUND
+			                 ? "no such task"
+			                 : "belongs to another user");
+			waiter_free(&f);
+			conn_send_error(c, req_id, (ErrorCode)code, "%s", msg);
+			return -ENOENT;
+		}
+		if (f.handles[i] != NULL) {
+			f.live[f.nlive] = f.handles[i];
+			f.live_index[f.nlive++] = i;
+		}
+	}
+	if (!conn_begin_wait(c, req_id)) {
+		waiter_free(&f);
+		return -EAGAIN;
+	}
+	int err = rok_spawn(NULL, waiter_poll, &f, sizeof(f));
+	if (err < 0) {
+		waiter_free(&f);
+		reply_post_error(c, req_id, ROK__V1__ERROR_CODE__UNAVAILABLE,
+		                 "cannot start the wait");
+	}
+	return err;
+}

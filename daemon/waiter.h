@@ -1,0 +1,25 @@
+/*
+ * waiter.h — requests that wait for tasks; see waiter.c.
+ */
+#ifndef ROKD_WAITER_H
+#define ROKD_WAITER_H
+
+#include "rokd.h"
+
+enum {
+	WAIT_JOIN,      /* every task; JoinReply */
+	WAIT_SPAWN,     /* the one task; SpawnReply */
+	WAIT_RACE,      /* the first task; RaceReply */
+	WAIT_SELECT,    /* the first task, the others cancelled; SelectReply */
+};
+
+/*
+ * Starts the wait for `ids` on behalf of request req_id of connection c
+ * (reactor thread); its reply comes later.  On failure the request has been
+ * answered already.  Returns 0 or -errno.
+ */
+int waiter_start(struct conn *c, uint64_t req_id, int mode,
+                 const uint64_t *ids, size_t n, uint64_t timeout_ms,
+                 bool cancel_rest);
+
+#endif /* ROKD_WAITER_H */

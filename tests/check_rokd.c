@@ -1,0 +1,718 @@
+/*
+ * check_rokd.c — rokd from the outside: a real daemon on a private socket,
+ * driven with raw frames, good and bad.
+ *
+ * Each test starts its own rokd (the binary named by $ROKD, built by make)
+ * in a temporary directory, waits for it by polling the socket, talks to it
+ * with hand-made frames, and stops it with SIGTERM, which must end it with
+ * exit status 0.  The bad-input cases check that the daemon answers a typed
+ * error or closes only the offending connection, and keeps serving others.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "rok.pb-c.h"
+#include "testutil.h"
+#include "wire.h"
+
+typedef Rok__V1__Request Request;
+typedef Rok__V1__Response Response;
+
+static char dir[64];
+static char sock[100];
+static pid_t rokd_pid;
+
+static int rc_connect(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static void rokd_start(const char *extra_conf)
+{
+	const char *bin = getenv("ROKD");
+	char conf[128], state[128];
+
+	ck_assert_msg(bin != NULL, "set ROKD to the rokd binary");
+	snprintf(dir, sizeof(dir), "/tmp/rokd-test-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(sock, sizeof(sock), "%.60s/run/rokd.sock", dir);
+	snprintf(state, sizeof(state), "%s/state", dir);
+	snprintf(conf, sizeof(conf), "%s/rokd.conf", dir);
+	FILE *f = fopen(conf, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "%s\n", extra_conf != NULL ? extra_conf : "");
+	fclose(f);
+	rokd_pid = fork();
+	ck_assert_int_ge(rokd_pid, 0);
+	if (rokd_pid == 0) {
+		execl(bin, bin, "-c", conf, "-s", sock, "-S", state, "-w", "2",
+		      (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 1000; i++) {
+		int fd = rc_connect();
+		if (fd >= 0) {
+			close(fd);
+			return;
+		}
+		test_sleep_ms(10);
+	}
+	ck_abort_msg("rokd did not come up");
+}
+
+/* SIGTERM; the daemon must exit 0. */
+static void rokd_stop(void)
+{
+	int status;
+
+	ck_assert_int_eq(kill(rokd_pid, SIGTERM), 0);
+	ck_assert_int_eq(waitpid(rokd_pid, &status, 0), rokd_pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	              "rokd exit status %d", status);
+	char cmd[160];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static void rc_write(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		ck_assert_int_gt(n, 0);
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+static void rc_send(int fd, const Request *req)
+{
+	size_t n = rok__v1__request__get_packed_size(req);
+	uint8_t *buf = malloc(WIRE_HEADER + n);
+
+	ck_assert_ptr_nonnull(buf);
+	wire_put_header(buf, (uint32_t)n);
+	rok__v1__request__pack(req, buf + WIRE_HEADER);
+	rc_write(fd, buf, WIRE_HEADER + n);
+	free(buf);
+}
+
+/* Reads exactly len bytes, or returns false at end of stream. */
+static bool rc_read(int fd, void *buf, size_t len, int timeout_ms)
+{
+	uint8_t *p = buf;
+
+	while (len > 0) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		int r = poll(&pfd, 1, timeout_ms);
+		ck_assert_msg(r > 0, "no reply within %d ms", timeout_ms);
+		ssize_t n = read(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return false;
+		p += n;
+		len -= (size_t)n;
+	}
+	return true;
+}
+
+/* The next response, or NULL if the daemon closed the connection. */
+static Response *rc_recv(int fd)
+{
+	uint8_t hdr[WIRE_HEADER];
+
+	if (!rc_read(fd, hdr, sizeof(hdr), test_timeout(10) * 1000))
+		return NULL;
+	uint32_t n = wire_get_header(hdr);
+	ck_assert_uint_le(n, WIRE_DEFAULT_MAX);
+	uint8_t *buf = malloc(n > 0 ? n : 1);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert(rc_read(fd, buf, n, test_timeout(10) * 1000));
+	Response *r = rok__v1__response__unpack(NULL, n, buf);
+	free(buf);
+	ck_assert_ptr_nonnull(r);
+	return r;
+}
+
+static bool rc_closed(int fd)
+{
+	uint8_t b;
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+	ck_assert_int_gt(poll(&pfd, 1, test_timeout(10) * 1000), 0);
+	return read(fd, &b, 1) == 0;
+}
+
+static int rc_hello(void)
+{
+	int fd = rc_connect();
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__Hello h = ROK__V1__HELLO__INIT;
+
+	ck_assert_int_ge(fd, 0);
+	h.protocol_version = 1;
+	req.id = 1;
+	req.body_case = ROK__V1__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	rc_send(fd, &req);
+	Response *r = rc_recv(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_ptr_null(r->error);
+	ck_assert_int_eq(r->body_case, ROK__V1__RESPONSE__BODY_HELLO);
+	ck_assert_uint_eq(r->hello->protocol_version, 1);
+	ck_assert_uint_eq(r->hello->uid, getuid());
+	rok__v1__response__free_unpacked(r, NULL);
+	return fd;
+}
+
+static ProtobufCBinaryData bin(const char *s)
+{
+	ProtobufCBinaryData b = { strlen(s), (uint8_t *)(uintptr_t)s };
+	return b;
+}
+
+/* Sends a spawn of kind with one optional argument. */
+static void rc_spawn_req(int fd, uint64_t id, const char *kind,
+                         const char *arg, bool wait, uint64_t timeout_ms)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__SpawnRequest sp = ROK__V1__SPAWN_REQUEST__INIT;
+	Rok__V1__TaskSpec spec = ROK__V1__TASK_SPEC__INIT;
+	ProtobufCBinaryData a = arg != NULL ? bin(arg) : bin("");
+
+	spec.kind = bin(kind);
+	if (arg != NULL) {
+		spec.n_args = 1;
+		spec.args = &a;
+	}
+	spec.timeout_ms = timeout_ms;
+	sp.spec = &spec;
+	sp.wait = wait;
+	req.id = id;
+	req.body_case = ROK__V1__REQUEST__BODY_SPAWN;
+	req.spawn = &sp;
+	rc_send(fd, &req);
+}
+
+static uint64_t rc_spawn(int fd, const char *kind, const char *arg)
+{
+	rc_spawn_req(fd, 7, kind, arg, false, 0);
+	Response *r = rc_recv(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_msg(r->error == NULL, "spawn failed: %.*s",
+	              r->error ? (int)r->error->message.len : 0,
+	              r->error ? (char *)r->error->message.data : "");
+	ck_assert_uint_eq(r->id, 7);
+	uint64_t id = r->spawn->id;
+	rok__v1__response__free_unpacked(r, NULL);
+	return id;
+}
+
+static Response *rc_join(int fd, uint64_t *ids, size_t n, uint64_t timeout_ms)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
+
+	j.ids = ids;
+	j.n_ids = n;
+	j.timeout_ms = timeout_ms;
+	req.id = 9;
+	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
+	req.join = &j;
+	rc_send(fd, &req);
+	return rc_recv(fd);
+}
+
+static void rc_ping_ok(int fd)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__PingRequest p = ROK__V1__PING_REQUEST__INIT;
+
+	p.payload = bin("hi");
+	req.id = 99;
+	req.body_case = ROK__V1__REQUEST__BODY_PING;
+	req.ping = &p;
+	rc_send(fd, &req);
+	Response *r = rc_recv(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_uint_eq(r->id, 99);
+	ck_assert_int_eq(r->body_case, ROK__V1__RESPONSE__BODY_PING);
+	ck_assert_uint_eq(r->ping->payload.len, 2);
+	rok__v1__response__free_unpacked(r, NULL);
+}
+
+/* ---- tests ------------------------------------------------------------ */
+
+START_TEST(spawn_join_kinds)
+{
+	rokd_start(NULL);
+	int fd = rc_hello();
+	uint64_t ids[3];
+	ids[0] = rc_spawn(fd, "noop", NULL);
+	ids[1] = rc_spawn(fd, "echo", "hello there");
+	ids[2] = rc_spawn(fd, "sleep", "20ms");
+	ck_assert(ids[0] < ids[1] && ids[1] < ids[2]);
+	Response *r = rc_join(fd, ids, 3, 0);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_ptr_null(r->error);
+	ck_assert_uint_eq(r->join->n_tasks, 3);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_uint_eq(r->join->tasks[i]->id, ids[i]);
+		ck_assert_int_eq(r->join->tasks[i]->state,
+		                 ROK__V1__TASK_STATE__TASK_SUCCEEDED);
+	}
+	ck_assert_uint_eq(r->join->tasks[1]->value.len, 11);
+	ck_assert_int_eq(memcmp(r->join->tasks[1]->value.data, "hello there",
+	                        11), 0);
+	rok__v1__response__free_unpacked(r, NULL);
+
+	/* spawn --wait gives the finished task */
+	rc_spawn_req(fd, 11, "echo", "x", true, 0);
+	r = rc_recv(fd);
+	ck_assert_ptr_null(r->error);
+	ck_assert_int_eq(r->spawn->task->state,
+	                 ROK__V1__TASK_STATE__TASK_SUCCEEDED);
+	rok__v1__response__free_unpacked(r, NULL);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
+START_TEST(timeouts_and_cancel)
+{
+	rokd_start(NULL);
+	int fd = rc_hello();
+	uint64_t id = rc_spawn(fd, "sleep", "1h");
+
+	/* join with a timeout: TIMED_OUT, the task keeps running */
+	Response *r = rc_join(fd, &id, 1, 50);
+	ck_assert_ptr_nonnull(r->error);
+	ck_assert_int_eq(r->error->code, ROK__V1__ERROR_CODE__TIMED_OUT);
+	rok__v1__response__free_unpacked(r, NULL);
+
+	/* cancel a sleeping task: it ends cancelled */
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
+	uint64_t both[2] = { id, 999999 };
+	cr.ids = both;
+	cr.n_ids = 2;
+	req.id = 5;
+	req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
+	req.cancel = &cr;
+	rc_send(fd, &req);
+	r = rc_recv(fd);
+	ck_assert_uint_eq(r->cancel->n_results, 2);
+	ck_assert_int_eq(r->cancel->results[0]->code, ROK__V1__ERROR_CODE__OK);
+	ck_assert_int_eq(r->cancel->results[1]->code,
+	                 ROK__V1__ERROR_CODE__NOT_FOUND);
+	rok__v1__response__free_unpacked(r, NULL);
+	r = rc_join(fd, &id, 1, 0);
+	ck_assert_int_eq(r->join->tasks[0]->state,
+	                 ROK__V1__TASK_STATE__TASK_CANCELLED);
+	rok__v1__response__free_unpacked(r, NULL);
+
+	/* a task's own timeout: timed_out */
+	rc_spawn_req(fd, 12, "sleep", "1h", true, 30);
+	r = rc_recv(fd);
+	ck_assert_ptr_null(r->error);
+	ck_assert_int_eq(r->spawn->task->state,
+	                 ROK__V1__TASK_STATE__TASK_TIMED_OUT);
+	rok__v1__response__free_unpacked(r, NULL);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
+static Response *rc_race(int fd, uint64_t *ids, size_t n, bool cancel_rest)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__RaceRequest rr = ROK__V1__RACE_REQUEST__INIT;
+
+	rr.ids = ids;
+	rr.n_ids = n;
+	rr.cancel_rest = cancel_rest;
+	req.id = 21;
+	req.body_case = ROK__V1__REQUEST__BODY_RACE;
+	req.race = &rr;
+	rc_send(fd, &req);
+	return rc_recv(fd);
+}
+
+static int rc_state(int fd, uint64_t id)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__StatusRequest s = ROK__V1__STATUS_REQUEST__INIT;
+
+	s.ids = &id;
+	s.n_ids = 1;
+	req.id = 31;
+	req.body_case = ROK__V1__REQUEST__BODY_STATUS;
+	req.status = &s;
+	rc_send(fd, &req);
+	Response *r = rc_recv(fd);
+	int st = r->status->tasks[0]->error != NULL
+	                 ? -(int)r->status->tasks[0]->error->code
+	                 : (int)r->status->tasks[0]->state;
+	rok__v1__response__free_unpacked(r, NULL);
+	return st;
+}
+
+START_TEST(race_and_select)
+{
+	rokd_start(NULL);
+	int fd = rc_hello();
+	uint64_t ids[2] = { rc_spawn(fd, "sleep", "1h"),
+	                    rc_spawn(fd, "sleep", "10ms") };
+
+	Response *r = rc_race(fd, ids, 2, false);
+	ck_assert_ptr_null(r->error);
+	ck_assert_uint_eq(r->race->index, 1);
+	rok__v1__response__free_unpacked(r, NULL);
+	ck_assert_int_eq(rc_state(fd, ids[0]), ROK__V1__TASK_STATE__TASK_RUNNING);
+
+	uint64_t more[2] = { rc_spawn(fd, "sleep", "1h"),
+	                     rc_spawn(fd, "sleep", "5ms") };
+	r = rc_race(fd, more, 2, true);
+	ck_assert_uint_eq(r->race->index, 1);
+	rok__v1__response__free_unpacked(r, NULL);
+	r = rc_join(fd, more, 1, 0);
+	ck_assert_int_eq(r->join->tasks[0]->state,
+	                 ROK__V1__TASK_STATE__TASK_CANCELLED);
+	rok__v1__response__free_unpacked(r, NULL);
+
+	/* select: spawned server-side; the echo wins, the sleep is cancelled */
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__SelectRequest sel = ROK__V1__SELECT_REQUEST__INIT;
+	Rok__V1__TaskSpec a = ROK__V1__TASK_SPEC__INIT, b = a;
+	Rok__V1__TaskSpec *specs[2] = { &a, &b };
+	ProtobufCBinaryData aa = bin("1h"), ba = bin("won");
+	a.kind = bin("sleep");
+	a.args = &aa;
+	a.n_args = 1;
+	b.kind = bin("echo");
+	b.args = &ba;
+	b.n_args = 1;
+	sel.specs = specs;
+	sel.n_specs = 2;
+	req.id = 41;
+	req.body_case = ROK__V1__REQUEST__BODY_SELECT;
+	req.select = &sel;
+	rc_send(fd, &req);
+	r = rc_recv(fd);
+	ck_assert_ptr_null(r->error);
+	ck_assert_uint_eq(r->select->index, 1);
+	ck_assert_uint_eq(r->select->n_ids, 2);
+	ck_assert_int_eq(memcmp(r->select->winner->value.data, "won", 3), 0);
+	uint64_t loser = r->select->ids[0];
+	rok__v1__response__free_unpacked(r, NULL);
+	r = rc_join(fd, &loser, 1, 0);
+	ck_assert_int_eq(r->join->tasks[0]->state,
+	                 ROK__V1__TASK_STATE__TASK_CANCELLED);
+	rok__v1__response__free_unpacked(r, NULL);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
+START_TEST(typed_errors)
+{
+	rokd_start(NULL);
+	int fd = rc_connect();
+	uint64_t id = 1;
+
+	/* before hello */
+	Response *r = rc_join(fd, &id, 1, 0);
+	ck_assert_int_eq(r->error->code, ROK__V1__ERROR_CODE__INVALID_ARGUMENT);
+	rok__v1__response__free_unpacked(r, NULL);
+	close(fd);
+
+	fd = rc_hello();
+	/* unknown kind, bad arguments */
+	rc_spawn_req(fd, 3, "teleport", NULL, false, 0);
+	r = rc_recv(fd);
+	ck_assert_int_eq(r->error->code, ROK__V1__ERROR_CODE__INVALID_ARGUMENT);
+	rok__v1__response__free_unpacked(r, NULL);
+	rc_spawn_req(fd, 3, "sleep", "forever", false, 0);
+	r = rc_recv(fd);
+	ck_assert_int_eq(r->error->code, ROK__V1__ERROR_CODE__INVALID_ARGUMENT);
+	rok__v1__response__free_unpacked(r, NULL);
+	/* out-of-range enum in a list filter */
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__ListRequest l = ROK__V1__LIST_REQUEST__INIT;
+	l.state = (Rok__V1__TaskState)77;
+	req.id = 4;
+	req.body_case = ROK__V1__REQUEST__BODY_LIST;
+	req.list = &l;
+	rc_send(fd, &req);
+	r = rc_recv(fd);
+	ck_assert_int_eq(r->error->code, ROK__V1__ERROR_CODE__INVALID_ARGUMENT);
+	rok__v1__response__free_unpacked(r, NULL);
+	/* an empty request */
+	Request empty = ROK__V1__REQUEST__INIT;
+	empty.id = 5;
+	rc_send(fd, &empty);
+	r = rc_recv(fd);
+	ck_assert_int_eq(r->error->code, ROK__V1__ERROR_CODE__INVALID_ARGUMENT);
+	ck_assert_uint_eq(r->id, 5);
+	rok__v1__response__free_unpacked(r, NULL);
+	/* unknown ids are per task in a join, and NOT_FOUND for a race */
+	uint64_t missing = 123456;
+	r = rc_join(fd, &missing, 1, 0);
+	ck_assert_int_eq(r->join->tasks[0]->error->code,
+	                 ROK__V1__ERROR_CODE__NOT_FOUND);
+	rok__v1__response__free_unpacked(r, NULL);
+	r = rc_race(fd, &missing, 1, false);
+	ck_assert_int_eq(r->error->code, ROK__V1__ERROR_CODE__NOT_FOUND);
+	rok__v1__response__free_unpacked(r, NULL);
+	rc_ping_ok(fd);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
+/* Malformed framing closes that connection only; others carry on. */
+START_TEST(bad_frames)
+{
+	rokd_start(NULL);
+	int good = rc_hello();
+	static const uint8_t huge[4] = { 0xff, 0xff, 0xff, 0xff };
+	static const uint8_t garbage[] = { 0, 0, 0, 8, 0xde, 0xad, 0xbe, 0xef,
+	                                   0xff, 0xff, 0xff, 0xff };
+
+	int fd = rc_connect();
+	rc_write(fd, huge, sizeof(huge));
+	ck_assert(rc_closed(fd));
+	close(fd);
+
+	fd = rc_connect();
+	rc_write(fd, garbage, sizeof(garbage));
+	ck_assert(rc_closed(fd));
+	close(fd);
+
+	/* random bytes, many times */
+	srand(42);
+	for (int k = 0; k < 50; k++) {
+		uint8_t buf[64];
+		for (size_t i = 0; i < sizeof(buf); i++)
+			buf[i] = (uint8_t)rand();
+		buf[0] = 0;   /* a plausible length */
+		buf[1] = 0;
+		buf[2] = 0;
+		buf[3] = 60;
+		fd = rc_connect();
+		rc_write(fd, buf, sizeof(buf));
+		shutdown(fd, SHUT_WR);
+		/* either a typed error (it decoded) or a close */
+		Response *r;
+		while ((r = rc_recv(fd)) != NULL)
+			rok__v1__response__free_unpacked(r, NULL);
+		close(fd);
+	}
+	/* a truncated frame, then the client goes away */
+	fd = rc_connect();
+	rc_write(fd, garbage, 6);
+	close(fd);
+
+	rc_ping_ok(good);
+	close(good);
+	rokd_stop();
+}
+END_TEST
+
+START_TEST(many_ids_one_join)
+{
+	rokd_start(NULL);
+	int fd = rc_hello();
+	size_t n = 10000;
+	uint64_t *ids = malloc(n * sizeof(*ids));
+
+	ck_assert_ptr_nonnull(ids);
+	for (size_t i = 0; i < n; i++)
+		rc_spawn_req(fd, 100 + i, "noop", NULL, false, 0);
+	for (size_t i = 0; i < n; i++) {
+		Response *r = rc_recv(fd);
+		ck_assert_ptr_null(r->error);
+		ids[r->id - 100] = r->spawn->id;
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+	Response *r = rc_join(fd, ids, n, 0);
+	ck_assert_ptr_null(r->error);
+	ck_assert_uint_eq(r->join->n_tasks, n);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(r->join->tasks[i]->state,
+		                 ROK__V1__TASK_STATE__TASK_SUCCEEDED);
+	rok__v1__response__free_unpacked(r, NULL);
+	free(ids);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
+/* A client that never reads its replies is cut off; others are served. */
+START_TEST(client_that_does_not_read)
+{
+	rokd_start("max_output = 65536");
+	int lazy = rc_hello(), good = rc_hello();
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__PingRequest p = ROK__V1__PING_REQUEST__INIT;
+	static uint8_t payload[4000];
+
+	p.payload.data = payload;
+	p.payload.len = sizeof(payload);
+	req.body_case = ROK__V1__REQUEST__BODY_PING;
+	req.ping = &p;
+	int nb = 1;
+	setsockopt(lazy, SOL_SOCKET, SO_RCVBUF, &nb, sizeof(nb));
+	int fl = fcntl(lazy, F_GETFL);
+	fcntl(lazy, F_SETFL, fl | O_NONBLOCK);
+	/* Keep sending until the daemon drops us (send fails) or we sent
+	 * far more than the limit. */
+	size_t frame = WIRE_HEADER + rok__v1__request__get_packed_size(&req);
+	uint8_t *buf = malloc(frame);
+	wire_put_header(buf, (uint32_t)(frame - WIRE_HEADER));
+	rok__v1__request__pack(&req, buf + WIRE_HEADER);
+	bool dropped = false;
+	for (int i = 0; i < 20000 && !dropped; i++) {
+		ssize_t n = send(lazy, buf, frame, MSG_NOSIGNAL);
+		if (n < 0 && errno == EAGAIN) {
+			test_sleep_ms(1);
+			continue;
+		}
+		if (n < 0)
+			dropped = true;
+	}
+	free(buf);
+	ck_assert_msg(dropped, "the daemon kept a client that never reads");
+	rc_ping_ok(good);
+	close(lazy);
+	close(good);
+	rokd_stop();
+}
+END_TEST
+
+static int count_fds(pid_t pid)
+{
+	char path[64];
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(path);
+	ck_assert_ptr_nonnull(d);
+	for (struct dirent *e; (e = readdir(d)) != NULL;)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+START_TEST(thousand_connections)
+{
+	enum { N = 1000 };
+	static int fds[N];
+
+	rokd_start(NULL);
+	int base = rc_hello();
+	int before = count_fds(rokd_pid);
+	for (int i = 0; i < N; i++)
+		fds[i] = rc_hello();
+	for (int i = 0; i < N; i += 97)
+		rc_ping_ok(fds[i]);
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
+	rc_ping_ok(base);
+	/* Every connection's descriptor is given back. */
+	for (int i = 0; i < 500 && count_fds(rokd_pid) > before; i++)
+		test_sleep_ms(10);
+	ck_assert_int_le(count_fds(rokd_pid), before);
+	close(base);
+	rokd_stop();
+}
+END_TEST
+
+/* SIGTERM with requests in flight: they are answered, exit is 0. */
+START_TEST(sigterm_answers_in_flight)
+{
+	rokd_start(NULL);
+	int fd = rc_hello();
+	uint64_t id = rc_spawn(fd, "sleep", "1h");
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
+
+	j.ids = &id;
+	j.n_ids = 1;
+	req.id = 77;
+	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
+	req.join = &j;
+	rc_send(fd, &req);
+	rc_ping_ok(fd);   /* the join is in flight */
+	ck_assert_int_eq(kill(rokd_pid, SIGTERM), 0);
+	Response *r = rc_recv(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_uint_eq(r->id, 77);
+	ck_assert(r->error != NULL ||
+	          r->join->tasks[0]->state == ROK__V1__TASK_STATE__TASK_CANCELLED);
+	rok__v1__response__free_unpacked(r, NULL);
+	int status;
+	ck_assert_int_eq(waitpid(rokd_pid, &status, 0), rokd_pid);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(fd);
+	char cmd[160];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+static Suite *rokd_suite(void)
+{
+	Suite *s = suite_create("rokd");
+	struct {
+		const char *name;
+		const TTest *fn;
+	} cases[] = {
+		{ "spawn_join", spawn_join_kinds },
+		{ "timeouts_cancel", timeouts_and_cancel },
+		{ "race_select", race_and_select },
+		{ "typed_errors", typed_errors },
+		{ "bad_frames", bad_frames },
+		{ "many_ids", many_ids_one_join },
+		{ "lazy_client", client_that_does_not_read },
+		{ "thousand_conns", thousand_connections },
+		{ "sigterm", sigterm_answers_in_flight },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		TCase *tc = tcase_create(cases[i].name);
+		tcase_set_timeout(tc, test_timeout(60));
+		tcase_add_test(tc, cases[i].fn);
+		suite_add_tcase(s, tc);
+	}
+	return s;
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	return test_run(rokd_suite());
+}

@@ -25,8 +25,6 @@
 #include "reactor.h"
 #include "rokd.h"
 
-int64_t rokd_started_ns;
-
 static const char rokd_usage[] =
 	"usage: rokd [-c FILE] [-s SOCKET] [-S STATE_DIR] [-w N] [--daemonize]\n"
 	"            [-v] [--version] [--help]\n"
@@ -275,7 +273,6 @@ int main(int argc, char **argv)
 		       strerror(-fd));
 	if ((err = rok_start()) < 0)
 		fatalx("cannot start the runtime: %s", strerror(-err));
-	rokd_started_ns = rok_now();
 	if ((err = server_start(fd)) < 0)
 		fatalx("cannot start accepting: %s", strerror(-err));
 	struct rok_stats st;

@@ -230,7 +230,7 @@ void cmd_stats(struct conn *c, const Request *req);
 int cmd_create_task(struct conn *c, const TaskSpec *spec, struct rtask **out,
                     char *err, size_t len);
 
-/* ---- rokd.c ----------------------------------------------------------- */
+/* When server_start ran (rok_now() time), for the uptime in stats. */
 extern int64_t rokd_started_ns;
 
 #endif /* ROKD_H */

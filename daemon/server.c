@@ -208,8 +208,11 @@ static void server_start_cb(void *arg)
 		fatalx("cannot watch the listening socket");
 }
 
+int64_t rokd_started_ns;
+
 int server_start(int fd)
 {
+	rokd_started_ns = rok_now();
 	server.fd = fd;
 	return reactor_call(server_start_cb, NULL);
 }

@@ -242,6 +242,7 @@ int rok_stop(void)
 	reactor_free();
 	executor_free_locked();
 	monitor_free();
+	executor.retired_polls = executor.retired_steals = 0;
 	frame_release_all();
 	atomic_store_explicit(&executor.regs_foreign, 0, memory_order_relaxed);
 	atomic_store(&executor.state, EXECUTOR_STOPPED);
@@ -450,14 +451,14 @@ void rok_stats_get(struct rok_stats *st)
 	}
 	st->registrations += atomic_load_explicit(&executor.regs_foreign,
 	                                          memory_order_relaxed);
-	st->handoffs = monitor_helpers();
 	if (executor_running()) {
 		int64_t d = atomic_load_explicit(&executor.injector.depth,
 		                                 memory_order_relaxed);
 		st->injector_depth = d > 0 ? (uint64_t)d : 0;
+		st->handoffs = monitor_helpers();
+		st->polls += executor.retired_polls;
+		st->steals += executor.retired_steals;
 	}
-	st->polls += executor.retired_polls;
-	st->steals += executor.retired_steals;
 	pthread_mutex_unlock(&executor.slot_lock);
 	pthread_mutex_unlock(&executor.lock);
 }

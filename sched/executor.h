@@ -49,7 +49,6 @@ struct executor_thread {
 	struct worker *worker;             /* pool or guest worker, or NULL */
 	rok_task *current;                 /* task being polled */
 	uint64_t id_next, id_end;          /* block of task ids */
-	uint64_t id_generation;
 	struct frame_cache cache;
 };
 

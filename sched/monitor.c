@@ -199,6 +199,7 @@ void monitor_stop(void)
 
 void monitor_free(void)
 {
+	atomic_store_explicit(&monitor.helpers, 0, memory_order_relaxed);
 	free(monitor.seen);
 	free(monitor.helper);
 	monitor.seen = NULL;

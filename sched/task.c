@@ -350,7 +350,12 @@ void task_complete(rok_task *t, void *result, bool has_value)
 		/* Release: publishes the value to joiners. */
 	} while (!atomic_compare_exchange_weak_explicit(
 		&t->state, &s, n, memory_order_acq_rel, memory_order_relaxed));
-	if (s & TASK_HAS_JOINER)
+	/*
+	 * A joiner that held the lock when COMPLETE was set may be linking
+	 * itself (it sets HAS_JOINER only as it unlocks): take the lock and
+	 * look.  A joiner that locks later sees COMPLETE and does not link.
+	 */
+	if (s & (TASK_HAS_JOINER | TASK_JOIN_LOCK))
 		task_wake_joiners(t);
 	rok_task_unref(t);   /* the runtime's reference */
 }

@@ -68,7 +68,8 @@ int rok_start(void);
  * Stops the executor: every unfinished task is cancelled and driven through
  * its cleanup section, then every thread is joined and every frame and queue
  * freed.  Handles that callers still hold become invalid.  Must not be called
- * from a task.  Returns 0, or -EDEADLK when called from inside the runtime.
+ * from a task.  Returns 0; -EDEADLK when called from inside the runtime;
+ * -EBUSY while a thread is inside rok_block_on (the runtime keeps running).
  */
 int rok_stop(void);
 

@@ -20,7 +20,8 @@ void log_init(int verbosity)
 	log_verbosity = verbosity;
 }
 
-static void log_vwrite(const char *level, const char *err, const char *fmt,
+static void __attribute__((format(printf, 3, 0)))
+log_vwrite(const char *level, const char *err, const char *fmt,
                        va_list ap)
 {
 	char line[1024];

@@ -61,7 +61,7 @@ static struct {
 
 static inline void **frame_link(void *p)
 {
-	return (void **)((char *)p + sizeof(uint64_t));
+	return (void **)(void *)((char *)p + sizeof(uint64_t));
 }
 
 static int frame_class_of(size_t size)
@@ -178,7 +178,7 @@ static void frame_spill(struct frame_cache *c, int k, uint32_t n)
 void frame_free(struct frame_cache *c, void *p, uint8_t cls)
 {
 	if (cls == FRAME_LARGE) {
-		struct frame_large *l = (struct frame_large *)
+		struct frame_large *l = (struct frame_large *)(void *)
 			((char *)p - offsetof(struct frame_large, mem));
 		pthread_mutex_lock(&frame_depot.lock);
 		if (l->prev != NULL)

@@ -61,7 +61,7 @@ static void timer_release(rok_waiter *w);
 
 static rok_sleep_op *timer_op(rok_waiter *w)
 {
-	return (rok_sleep_op *)((char *)w - offsetof(rok_sleep_op, w));
+	return (rok_sleep_op *)(void *)((char *)w - offsetof(rok_sleep_op, w));
 }
 
 void timer_init(struct timer_wheel *tw)

@@ -15,7 +15,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,7 +47,26 @@ static int rc_connect(void)
 	return fd;
 }
 
+/* Drops to uid and gid 65534 (nobody, nogroup): 0, or -1 when not root. */
+static int rc_become_nobody(void)
+{
+	gid_t g = 65534;
+
+	if (setgroups(1, &g) != 0 || setresgid(g, g, g) != 0 ||
+	    setresuid(65534, 65534, 65534) != 0)
+		return -1;
+	return 0;
+}
+
+/* Starts rokd, as nobody when `as_nobody` (the caller is root). */
+static void rokd_start_as(const char *extra_conf, bool as_nobody);
+
 static void rokd_start(const char *extra_conf)
+{
+	rokd_start_as(extra_conf, false);
+}
+
+static void rokd_start_as(const char *extra_conf, bool as_nobody)
 {
 	const char *bin = getenv("ROKD");
 	char conf[128], state[128];
@@ -60,9 +81,30 @@ static void rokd_start(const char *extra_conf)
 	ck_assert_ptr_nonnull(f);
 	fprintf(f, "%s\n", extra_conf != NULL ? extra_conf : "");
 	fclose(f);
+	/* Other users must reach the socket's directory. */
+	ck_assert_int_eq(chmod(dir, 0755), 0);
+	if (as_nobody) {
+		char run[128];
+		snprintf(run, sizeof(run), "%s/run", dir);
+		ck_assert_int_eq(mkdir(run, 0700), 0);
+		ck_assert_int_eq(chown(run, 65534, 65534), 0);
+		ck_assert_int_eq(mkdir(state, 0700), 0);
+		ck_assert_int_eq(chown(state, 65534, 65534), 0);
+		ck_assert_int_eq(chmod(conf, 0644), 0);
+		/* The build tree may be closed to other users: run a copy. */
+		static char copy[128];
+		char cmd[320];
+		snprintf(copy, sizeof(copy), "%s/rokd", dir);
+		snprintf(cmd, sizeof(cmd), "cp '%s' '%s' && chmod 0755 '%s'", bin,
+		         copy, copy);
+		ck_assert_int_eq(system(cmd), 0);
+		bin = copy;
+	}
 	rokd_pid = fork();
 	ck_assert_int_ge(rokd_pid, 0);
 	if (rokd_pid == 0) {
+		if (as_nobody && rc_become_nobody() != 0)
+			_exit(126);
 		execl(bin, bin, "-c", conf, "-s", sock, "-S", state, "-w", "2",
 		      (char *)NULL);
 		_exit(127);
@@ -684,6 +726,103 @@ START_TEST(sigterm_answers_in_flight)
 }
 END_TEST
 
+/*
+ * As root, rokd serves every user but shows each only their own tasks;
+ * a client running as nobody tries root's task.
+ */
+START_TEST(permissions_root_daemon)
+{
+	if (geteuid() != 0)
+		return;   /* needs root to switch users */
+	rokd_start("socket_group = nogroup");
+	int fd = rc_hello();
+	uint64_t mine = rc_spawn(fd, "sleep", "1h");
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		/* The child reports through its exit status only. */
+		if (rc_become_nobody() != 0)
+			_exit(10);
+		int c = rc_connect();
+		if (c < 0)
+			_exit(11);
+		Request req = ROK__V1__REQUEST__INIT;
+		Rok__V1__Hello h = ROK__V1__HELLO__INIT;
+		h.protocol_version = 1;
+		req.id = 1;
+		req.body_case = ROK__V1__REQUEST__BODY_HELLO;
+		req.hello = &h;
+		rc_send(c, &req);
+		Response *r = rc_recv(c);
+		if (r == NULL || r->hello == NULL || r->hello->uid != 65534)
+			_exit(12);
+		if (rc_state(c, mine) !=
+		    -(int)ROK__V1__ERROR_CODE__PERMISSION_DENIED)
+			_exit(13);
+		Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
+		cr.ids = &mine;
+		cr.n_ids = 1;
+		req.id = 2;
+		req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
+		req.cancel = &cr;
+		rc_send(c, &req);
+		r = rc_recv(c);
+		if (r->cancel->results[0]->code !=
+		    ROK__V1__ERROR_CODE__PERMISSION_DENIED)
+			_exit(14);
+		uint64_t own = rc_spawn(c, "noop", NULL);
+		Rok__V1__ListRequest l = ROK__V1__LIST_REQUEST__INIT;
+		req.id = 3;
+		req.body_case = ROK__V1__REQUEST__BODY_LIST;
+		req.list = &l;
+		rc_send(c, &req);
+		r = rc_recv(c);
+		if (r->list->n_tasks != 1 || r->list->tasks[0]->id != own)
+			_exit(15);
+		_exit(0);
+	}
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	              "client as nobody: step %d failed", WEXITSTATUS(status));
+	/* root sees both */
+	ck_assert_int_eq(rc_state(fd, mine), ROK__V1__TASK_STATE__TASK_RUNNING);
+	ck_assert_int_eq(rc_state(fd, mine + 1),
+	                 ROK__V1__TASK_STATE__TASK_SUCCEEDED);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
+/* Run as an ordinary user, rokd refuses connections from other users. */
+START_TEST(permissions_user_daemon)
+{
+	if (geteuid() != 0)
+		return;
+	rokd_start_as(NULL, true);
+	int fd = rc_connect();   /* as root: a different uid */
+	ck_assert_int_ge(fd, 0);
+	ck_assert(rc_closed(fd));
+	close(fd);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (rc_become_nobody() != 0)
+			_exit(10);
+		int c = rc_hello();   /* the daemon's own user is served */
+		rc_ping_ok(c);
+		_exit(0);
+	}
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	struct stat st;
+	ck_assert_int_eq(stat(sock, &st), 0);
+	ck_assert_int_eq(st.st_mode & 0777, 0600);
+	rokd_stop();
+}
+END_TEST
+
 static Suite *rokd_suite(void)
 {
 	Suite *s = suite_create("rokd");
@@ -700,6 +839,8 @@ static Suite *rokd_suite(void)
 		{ "lazy_client", client_that_does_not_read },
 		{ "thousand_conns", thousand_connections },
 		{ "sigterm", sigterm_answers_in_flight },
+		{ "perm_root", permissions_root_daemon },
+		{ "perm_user", permissions_user_daemon },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

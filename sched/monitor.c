@@ -90,7 +90,7 @@ static void monitor_reap(unsigned i)
 	executor_slot_put(h);
 }
 
-static void monitor_hand_off(unsigned i, struct worker *stuck)
+static void monitor_hand_off(unsigned i, struct worker *stuck, uint32_t seq)
 {
 	struct worker *h;
 
@@ -98,6 +98,7 @@ static void monitor_hand_off(unsigned i, struct worker *stuck)
 		return;   /* no slot or no memory: look again next period */
 	atomic_store(&h->retired, false);
 	h->stuck = stuck;
+	h->stuck_seq = seq;
 	h->wheel = stuck->wheel;
 	sigset_t all, old;
 	sigfillset(&all);
@@ -146,7 +147,7 @@ static void *monitor_main(void *arg)
 			    monitor.helper[i] == NULL &&
 			    atomic_load_explicit(&w->pinned_live,
 			                         memory_order_relaxed) == 0)
-				monitor_hand_off(i, w);
+				monitor_hand_off(i, w, seq);
 			monitor.seen[i] = seq;
 		}
 	}

@@ -405,8 +405,9 @@ static void worker_helper_nap(struct worker *h)
 void *worker_helper_main(void *arg)
 {
 	struct worker *h = arg, *stuck = h->stuck;
-	uint32_t stuck_seq = atomic_load_explicit(&stuck->poll_seq,
-	                                          memory_order_relaxed);
+	/* The value the monitor saw, not a fresh read: the stuck poll may
+	 * have ended before this thread started. */
+	uint32_t stuck_seq = h->stuck_seq;
 
 	executor_tls.worker = h;
 	while (!worker_stopping()) {

@@ -39,6 +39,7 @@ struct worker {
 	bool guest;                         /* a rok_block_on thread */
 	bool searching;
 	struct worker *stuck;               /* helper: the worker it stands in for */
+	uint32_t stuck_seq;                 /* helper: its poll_seq when seen stuck */
 	_Atomic bool retired;               /* helper: its thread is done */
 	struct timer_wheel *wheel;          /* where this thread's sleeps go:
 	                                       its own, or a helper's stuck one */

@@ -1,0 +1,408 @@
+/*
+ * request.c — one function pair per request of rok.v1: rok_client_send_X
+ * builds the protobuf message on the stack around the caller's data
+ * (borrowed, never copied: the message lives only until it is packed into
+ * the output buffer by client_send) and queues it; rok_client_X is send +
+ * wait + a check that the reply is the expected kind.
+ *
+ * Argument checks here are the ones the library can make without the
+ * daemon (NULL pointers, empty id lists); everything else — unknown kinds,
+ * bad durations in a sleep spec — is the daemon's to refuse, with a typed
+ * error.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client-private.h"
+
+/* protobuf-c's message structs take non-const pointers; packing only reads
+ * them, so the caller's const data can be lent for the call. */
+#define REQUEST_BORROW(p) ((void *)(uintptr_t)(p))
+
+static ProtobufCBinaryData request_bytes(const void *p, size_t n)
+{
+	ProtobufCBinaryData d = { n, REQUEST_BORROW(p) };
+
+	return d;
+}
+
+static ProtobufCBinaryData request_str(const char *s)
+{
+	return request_bytes(s, s != NULL ? strlen(s) : 0);
+}
+
+/*
+ * Fills m from spec.  *bufs gets the array behind m's args and env (free it
+ * after packing).  0, -EINVAL or -ENOMEM.
+ */
+static int request_spec(const rok_spec *spec, Rok__V1__TaskSpec *m,
+			ProtobufCBinaryData **bufs)
+{
+	size_t n;
+	ProtobufCBinaryData *v;
+
+	*bufs = NULL;
+	if (spec == NULL || (spec->n_args > 0 && spec->args == NULL) ||
+	    (spec->n_env > 0 && spec->env == NULL) ||
+	    (spec->stdin_len > 0 && spec->stdin_data == NULL))
+		return -EINVAL;
+	if (spec->n_args > SIZE_MAX / 2 / sizeof(*v) ||
+	    spec->n_env > SIZE_MAX / 2 / sizeof(*v))
+		return -ENOMEM;
+	n = spec->n_args + spec->n_env;
+	v = n > 0 ? calloc(n, sizeof(*v)) : NULL;
+	if (n > 0 && v == NULL)
+		return -ENOMEM;
+	rok__v1__task_spec__init(m);
+	m->kind = request_str(spec->kind != NULL && spec->kind[0] != '\0' ?
+			      spec->kind : "exec");
+	for (size_t i = 0; i < spec->n_args; i++) {
+		if (spec->args[i] == NULL) {
+			free(v);
+			return -EINVAL;
+		}
+		v[i] = request_str(spec->args[i]);
+	}
+	for (size_t i = 0; i < spec->n_env; i++) {
+		if (spec->env[i] == NULL) {
+			free(v);
+			return -EINVAL;
+		}
+		v[spec->n_args + i] = request_str(spec->env[i]);
+	}
+	m->n_args = spec->n_args;
+	m->args = v;
+	m->n_env = spec->n_env;
+	m->env = v != NULL ? v + spec->n_args : NULL;
+	m->timeout_ms = spec->timeout_ms;
+	m->cwd = request_str(spec->cwd);
+	m->clean_env = spec->clean_env;
+	m->stdin = request_bytes(spec->stdin_data, spec->stdin_len);
+	m->retry = spec->retry;
+	m->kill_grace_ms = spec->kill_grace_ms;
+	*bufs = v;
+	return 0;
+}
+
+static int request_bad(rok_client *c, const char *what)
+{
+	return client_fail(c, -EINVAL, "%s", what);
+}
+
+int request_finish(rok_client *c, int rc, uint64_t req_id, int type,
+		   rok_reply **out)
+{
+	rok_reply *r;
+
+	*out = NULL;
+	if (rc != 0)
+		return rc;
+	rc = rok_client_wait(c, req_id, &r);
+	if (rc != 0)
+		return rc;
+	if (r->type != type) {
+		rok_reply_free(r);
+		return client_fail(c, -EPROTO, "the daemon answered with the "
+				   "wrong kind of reply");
+	}
+	*out = r;
+	return 0;
+}
+
+/* ---- spawn ---------------------------------------------------------- */
+
+int rok_client_send_spawn(rok_client *c, const rok_spec *spec, bool wait,
+			  uint64_t wait_timeout_ms, uint64_t *req_id)
+{
+	Rok__V1__Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__SpawnRequest body = ROK__V1__SPAWN_REQUEST__INIT;
+	Rok__V1__TaskSpec m;
+	ProtobufCBinaryData *bufs;
+	int rc;
+
+	*req_id = 0;
+	rc = request_spec(spec, &m, &bufs);
+	if (rc < 0)
+		return client_fail(c, rc, "spawn: bad task spec");
+	body.spec = &m;
+	body.wait = wait;
+	body.wait_timeout_ms = wait ? wait_timeout_ms : 0;
+	req.body_case = ROK__V1__REQUEST__BODY_SPAWN;
+	req.spawn = &body;
+	rc = client_send(c, &req, req_id);
+	free(bufs);
+	return rc;
+}
+
+int rok_client_spawn(rok_client *c, const rok_spec *spec, uint64_t *id)
+{
+	rok_reply *r;
+	uint64_t rid;
+	int rc = rok_client_send_spawn(c, spec, false, 0, &rid);
+
+	*id = 0;
+	rc = request_finish(c, rc, rid, ROK_REPLY_SPAWN, &r);
+	if (r == NULL)   /* exactly when rc != 0; spelt so for gcc */
+		return rc;
+	*id = r->id;
+	rok_reply_free(r);
+	return 0;
+}
+
+int rok_client_spawn_wait(rok_client *c, const rok_spec *spec,
+			  uint64_t timeout_ms, rok_reply **out)
+{
+	uint64_t rid;
+	int rc = rok_client_send_spawn(c, spec, true, timeout_ms, &rid);
+
+	rc = request_finish(c, rc, rid, ROK_REPLY_SPAWN, out);
+	if (rc == 0 && (*out)->n_tasks != 1) {
+		rok_reply_free(*out);
+		*out = NULL;
+		return client_fail(c, -EPROTO, "the daemon answered a waiting "
+				   "spawn without the finished task");
+	}
+	return rc;
+}
+
+/* ---- join, race, select --------------------------------------------- */
+
+int rok_client_send_join(rok_client *c, const uint64_t *ids, size_t n,
+			 uint64_t timeout_ms, uint64_t *req_id)
+{
+	Rok__V1__Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__JoinRequest body = ROK__V1__JOIN_REQUEST__INIT;
+
+	*req_id = 0;
+	if (n == 0 || ids == NULL)
+		return request_bad(c, "join: no task ids");
+	body.n_ids = n;
+	body.ids = REQUEST_BORROW(ids);
+	body.timeout_ms = timeout_ms;
+	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
+	req.join = &body;
+	return client_send(c, &req, req_id);
+}
+
+int rok_client_join(rok_client *c, const uint64_t *ids, size_t n,
+		    uint64_t timeout_ms, rok_reply **out)
+{
+	uint64_t rid;
+	int rc = rok_client_send_join(c, ids, n, timeout_ms, &rid);
+
+	return request_finish(c, rc, rid, ROK_REPLY_JOIN, out);
+}
+
+int rok_client_send_race(rok_client *c, const uint64_t *ids, size_t n,
+			 uint64_t timeout_ms, bool cancel_rest,
+			 uint64_t *req_id)
+{
+	Rok__V1__Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__RaceRequest body = ROK__V1__RACE_REQUEST__INIT;
+
+	*req_id = 0;
+	if (n == 0 || ids == NULL)
+		return request_bad(c, "race: no task ids");
+	body.n_ids = n;
+	body.ids = REQUEST_BORROW(ids);
+	body.timeout_ms = timeout_ms;
+	body.cancel_rest = cancel_rest;
+	req.body_case = ROK__V1__REQUEST__BODY_RACE;
+	req.race = &body;
+	return client_send(c, &req, req_id);
+}
+
+int rok_client_race(rok_client *c, const uint64_t *ids, size_t n,
+		    uint64_t timeout_ms, bool cancel_rest, rok_reply **out)
+{
+	uint64_t rid;
+	int rc = rok_client_send_race(c, ids, n, timeout_ms, cancel_rest, &rid);
+
+	return request_finish(c, rc, rid, ROK_REPLY_RACE, out);
+}
+
+int rok_client_send_select(rok_client *c, const rok_spec *specs, size_t n,
+			   uint64_t timeout_ms, uint64_t *req_id)
+{
+	Rok__V1__Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__SelectRequest body = ROK__V1__SELECT_REQUEST__INIT;
+	Rok__V1__TaskSpec *m, **pm;
+	ProtobufCBinaryData **bufs;
+	int rc = 0;
+
+	*req_id = 0;
+	if (n == 0 || specs == NULL)
+		return request_bad(c, "select: no task specs");
+	m = calloc(n, sizeof(*m));
+	pm = calloc(n, sizeof(*pm));
+	bufs = calloc(n, sizeof(*bufs));
+	if (m == NULL || pm == NULL || bufs == NULL)
+		rc = -ENOMEM;
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		rc = request_spec(&specs[i], &m[i], &bufs[i]);
+		pm[i] = &m[i];
+	}
+	if (rc == 0) {
+		body.n_specs = n;
+		body.specs = pm;
+		body.timeout_ms = timeout_ms;
+		req.body_case = ROK__V1__REQUEST__BODY_SELECT;
+		req.select = &body;
+		rc = client_send(c, &req, req_id);
+	} else {
+		rc = client_fail(c, rc, "select: bad task spec");
+	}
+	for (size_t i = 0; bufs != NULL && i < n; i++)
+		free(bufs[i]);
+	free(bufs);
+	free(pm);
+	free(m);
+	return rc;
+}
+
+int rok_client_select(rok_client *c, const rok_spec *specs, size_t n,
+		      uint64_t timeout_ms, rok_reply **out)
+{
+	uint64_t rid;
+	int rc = rok_client_send_select(c, specs, n, timeout_ms, &rid);
+
+	return request_finish(c, rc, rid, ROK_REPLY_SELECT, out);
+}
+
+/* ---- cancel, status, list ------------------------------------------- */
+
+int rok_client_send_cancel(rok_client *c, const uint64_t *ids, size_t n,
+			   uint64_t *req_id)
+{
+	Rok__V1__Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__CancelRequest body = ROK__V1__CANCEL_REQUEST__INIT;
+
+	*req_id = 0;
+	if (n == 0 || ids == NULL)
+		return request_bad(c, "cancel: no task ids");
+	body.n_ids = n;
+	body.ids = REQUEST_BORROW(ids);
+	req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
+	req.cancel = &body;
+	return client_send(c, &req, req_id);
+}
+
+int rok_client_cancel(rok_client *c, const uint64_t *ids, size_t n,
+		      rok_reply **out)
+{
+	uint64_t rid;
+	int rc = rok_client_send_cancel(c, ids, n, &rid);
+
+	return request_finish(c, rc, rid, ROK_REPLY_CANCEL, out);
+}
+
+int rok_client_send_status(rok_client *c, const uint64_t *ids, size_t n,
+			   uint64_t *req_id)
+{
+	Rok__V1__Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__StatusRequest body = ROK__V1__STATUS_REQUEST__INIT;
+
+	*req_id = 0;
+	if (n == 0 || ids == NULL)
+		return request_bad(c, "status: no task ids");
+	body.n_ids = n;
+	body.ids = REQUEST_BORROW(ids);
+	req.body_case = ROK__V1__REQUEST__BODY_STATUS;
+	req.status = &body;
+	return client_send(c, &req, req_id);
+}
+
+int rok_client_status(rok_client *c, const uint64_t *ids, size_t n,
+		      rok_reply **out)
+{
+	uint64_t rid;
+	int rc = rok_client_send_status(c, ids, n, &rid);
+
+	return request_finish(c, rc, rid, ROK_REPLY_STATUS, out);
+}
+
+int rok_client_send_list(rok_client *c, int state, uint64_t after_id,
+			 uint32_t limit, uint64_t *req_id)
+{
+	Rok__V1__Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__ListRequest body = ROK__V1__LIST_REQUEST__INIT;
+
+	*req_id = 0;
+	if (state < 0)
+		return request_bad(c, "list: bad state");
+	body.state = (Rok__V1__TaskState)state;
+	body.after_id = after_id;
+	body.limit = limit;
+	req.body_case = ROK__V1__REQUEST__BODY_LIST;
+	req.list = &body;
+	return client_send(c, &req, req_id);
+}
+
+int rok_client_list(rok_client *c, int state, uint64_t after_id,
+		    uint32_t limit, rok_reply **out)
+{
+	uint64_t rid;
+	int rc = rok_client_send_list(c, state, after_id, limit, &rid);
+
+	return request_finish(c, rc, rid, ROK_REPLY_LIST, out);
+}
+
+/* ---- stats, ping ---------------------------------------------------- */
+
+int rok_client_send_stats(rok_client *c, uint64_t *req_id)
+{
+	Rok__V1__Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__StatsRequest body = ROK__V1__STATS_REQUEST__INIT;
+
+	req.body_case = ROK__V1__REQUEST__BODY_STATS;
+	req.stats = &body;
+	return client_send(c, &req, req_id);
+}
+
+int rok_client_stats(rok_client *c, rok_daemon_stats *out)
+{
+	rok_reply *r;
+	uint64_t rid;
+	int rc = rok_client_send_stats(c, &rid);
+
+	memset(out, 0, sizeof(*out));
+	rc = request_finish(c, rc, rid, ROK_REPLY_STATS, &r);
+	if (r == NULL)
+		return rc;
+	*out = r->stats;
+	rok_reply_free(r);
+	return 0;
+}
+
+int rok_client_send_ping(rok_client *c, const void *payload, size_t n,
+			 uint64_t *req_id)
+{
+	Rok__V1__Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__PingRequest body = ROK__V1__PING_REQUEST__INIT;
+
+	*req_id = 0;
+	if (n > 0 && payload == NULL)
+		return request_bad(c, "ping: NULL payload");
+	body.payload = request_bytes(payload, n);
+	req.body_case = ROK__V1__REQUEST__BODY_PING;
+	req.ping = &body;
+	return client_send(c, &req, req_id);
+}
+
+int rok_client_ping(rok_client *c, const void *payload, size_t n)
+{
+	rok_reply *r;
+	uint64_t rid;
+	int rc = rok_client_send_ping(c, payload, n, &rid);
+
+	rc = request_finish(c, rc, rid, ROK_REPLY_PING, &r);
+	if (r == NULL)
+		return rc;
+	if (r->payload.len != n || (n > 0 && memcmp(r->payload.data,
+						     payload, n) != 0))
+		rc = client_fail(c, -EPROTO, "ping: the daemon echoed "
+				 "another payload");
+	rok_reply_free(r);
+	return rc;
+}

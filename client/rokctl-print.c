@@ -1,0 +1,310 @@
+/*
+ * rokctl-print.c — how rokctl shows tasks and counters: an aligned table
+ * for people, one JSON object per line with --json (DESIGN §3).
+ *
+ * Human table: ID STATE KIND EXIT TIME VALUE.  EXIT is the exit code, a
+ * signal name (SIGKILL) or "-"; TIME is how long the task ran (so far);
+ * VALUE is the result with control characters and invalid UTF-8 escaped,
+ * since it is bytes from a program and the terminal must not interpret it;
+ * a task without a value shows its failure reason in brackets.
+ *
+ * JSON object per task: id, state, kind, exit_code (number or null),
+ * signal (number or null), value (+ value_base64 when value is not valid
+ * UTF-8, see json.c), output_truncated, reason (string or null), uid,
+ * spawned_us / started_us / finished_us (µs since the epoch, or null),
+ * args.  An id the daemon could not look up gives
+ * {"id":N,"error":"not_found","message":"..."} instead.
+ */
+#include <string.h>
+#include <sys/time.h>
+
+#include "json.h"
+#include "rokctl.h"
+
+/* Signal numbers are the same on every Linux architecture for these. */
+static const char *print_signame(int sig)
+{
+	static const struct { int n; const char *name; } tab[] = {
+		{ 1, "SIGHUP" }, { 2, "SIGINT" }, { 3, "SIGQUIT" },
+		{ 4, "SIGILL" }, { 5, "SIGTRAP" }, { 6, "SIGABRT" },
+		{ 7, "SIGBUS" }, { 8, "SIGFPE" }, { 9, "SIGKILL" },
+		{ 10, "SIGUSR1" }, { 11, "SIGSEGV" }, { 12, "SIGUSR2" },
+		{ 13, "SIGPIPE" }, { 14, "SIGALRM" }, { 15, "SIGTERM" },
+		{ 24, "SIGXCPU" }, { 25, "SIGXFSZ" },
+	};
+
+	for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
+		if (tab[i].n == sig)
+			return tab[i].name;
+	}
+	return NULL;
+}
+
+void print_escaped(FILE *f, const void *data, size_t len, size_t max)
+{
+	const uint8_t *s = data;
+	size_t i = 0, shown = 0;
+
+	while (i < len) {
+		uint32_t cp;
+		size_t n = json_utf8_len(s + i, len - i, &cp);
+
+		if (max > 0 && shown >= max) {
+			fputs("...", f);
+			return;
+		}
+		shown++;
+		if (n == 0) {
+			fprintf(f, "\\x%02x", s[i]);
+			i++;
+			continue;
+		}
+		if (cp == '\n')
+			fputs("\\n", f);
+		else if (cp == '\t')
+			fputs("\\t", f);
+		else if (cp == '\r')
+			fputs("\\r", f);
+		else if (cp == '\\')
+			fputs("\\\\", f);
+		else if (cp < 0x20 || cp == 0x7f)
+			fprintf(f, "\\x%02x", (unsigned)cp);
+		else if (cp >= 0x80 && cp < 0xa0)   /* C1 controls */
+			fprintf(f, "\\u%04x", (unsigned)cp);
+		else
+			fwrite(s + i, 1, n, f);
+		i += n;
+	}
+}
+
+static uint64_t print_now_us(void)
+{
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	return (uint64_t)tv.tv_sec * 1000000 + (uint64_t)tv.tv_usec;
+}
+
+/* The cells of one row that need formatting. */
+struct print_row {
+	char id[24], exit[16], time[32];
+	const char *state;
+	const char *kind;
+};
+
+static void print_row(const rok_task_info *t, struct print_row *r, uint64_t now)
+{
+	const char *sig;
+
+	snprintf(r->id, sizeof(r->id), "%llu", (unsigned long long)t->id);
+	r->state = rok_state_name(t->state);
+	r->kind = t->kind.len > 0 ? (const char *)t->kind.data : "-";
+	if (t->has_exit_code)
+		snprintf(r->exit, sizeof(r->exit), "%d", t->exit_code);
+	else if (t->has_signal && (sig = print_signame(t->signal)) != NULL)
+		snprintf(r->exit, sizeof(r->exit), "%s", sig);
+	else if (t->has_signal)
+		snprintf(r->exit, sizeof(r->exit), "SIG%d", t->signal);
+	else
+		snprintf(r->exit, sizeof(r->exit), "-");
+	if (t->started_us != 0) {
+		uint64_t end = t->finished_us != 0 ? t->finished_us : now;
+
+		rok_duration_format(end > t->started_us ?
+				    (end - t->started_us) / 1000 : 0,
+				    r->time, sizeof(r->time));
+	} else {
+		snprintf(r->time, sizeof(r->time), "-");
+	}
+}
+
+static int print_width(const char *s, int min)
+{
+	int n = (int)strlen(s);
+
+	return n > min ? n : min;
+}
+
+static void print_task_error(struct rokctl *ctx, const rok_task_info *t)
+{
+	if (ctx->json) {
+		struct json_obj o;
+
+		json_begin(&o, stdout);
+		json_u64(&o, "id", t->id);
+		json_str(&o, "error", rok_error_name(t->error.code));
+		json_bytes(&o, "message", t->error.message.data,
+			   t->error.message.len);
+		json_end(&o);
+		return;
+	}
+	fflush(stdout);
+	fprintf(stderr, "%s: %s: task %llu: ", ctx->prog, ctx->cmd->name,
+		(unsigned long long)t->id);
+	if (t->error.message.len > 0) {
+		print_escaped(stderr, t->error.message.data,
+			      t->error.message.len, 0);
+		fputc(' ', stderr);
+	}
+	fprintf(stderr, "(%s)\n", rok_error_name(t->error.code));
+}
+
+static void print_json_task(const rok_task_info *t, long index)
+{
+	struct json_obj o;
+
+	json_begin(&o, stdout);
+	json_u64(&o, "id", t->id);
+	json_str(&o, "state", rok_state_name(t->state));
+	json_bytes(&o, "kind", t->kind.data, t->kind.len);
+	if (t->has_exit_code)
+		json_i64(&o, "exit_code", t->exit_code);
+	else
+		json_null(&o, "exit_code");
+	if (t->has_signal)
+		json_i64(&o, "signal", t->signal);
+	else
+		json_null(&o, "signal");
+	json_bytes(&o, "value", t->value.data, t->value.len);
+	json_bool(&o, "output_truncated", t->output_truncated);
+	if (t->reason.len > 0)
+		json_bytes(&o, "reason", t->reason.data, t->reason.len);
+	else
+		json_null(&o, "reason");
+	json_u64(&o, "uid", t->uid);
+	const struct { const char *key; uint64_t v; } times[] = {
+		{ "spawned_us", t->spawned_us },
+		{ "started_us", t->started_us },
+		{ "finished_us", t->finished_us },
+	};
+	for (size_t i = 0; i < 3; i++) {
+		if (times[i].v != 0)
+			json_u64(&o, times[i].key, times[i].v);
+		else
+			json_null(&o, times[i].key);
+	}
+	json_key(&o, "args");
+	putc('[', stdout);
+	for (size_t i = 0; i < t->n_args; i++) {
+		if (i > 0)
+			putc(',', stdout);
+		json_string(stdout, t->args[i].data, t->args[i].len);
+	}
+	putc(']', stdout);
+	if (index >= 0)
+		json_i64(&o, "index", index);
+	json_end(&o);
+}
+
+void print_tasks(struct rokctl *ctx, struct print_table *tab,
+		 const rok_task_info *t, size_t n, long index)
+{
+	static const char *const head[] = { "ID", "STATE", "KIND", "EXIT",
+					    "TIME" };
+	uint64_t now = print_now_us();
+	struct print_row r;
+
+	if (ctx->json) {
+		for (size_t i = 0; i < n; i++) {
+			if (t[i].error.code != 0)
+				print_task_error(ctx, &t[i]);
+			else
+				print_json_task(&t[i], index);
+		}
+		return;
+	}
+	/* Widths only grow, so a table printed in pages stays aligned
+	 * unless a later page has a wider cell. */
+	for (int k = 0; k < 5; k++)
+		tab->w[k] = print_width(head[k], tab->w[k]);
+	for (size_t i = 0; i < n; i++) {
+		if (t[i].error.code != 0)
+			continue;
+		print_row(&t[i], &r, now);
+		tab->w[0] = print_width(r.id, tab->w[0]);
+		tab->w[1] = print_width(r.state, tab->w[1]);
+		tab->w[2] = print_width(r.kind, tab->w[2]);
+		tab->w[3] = print_width(r.exit, tab->w[3]);
+		tab->w[4] = print_width(r.time, tab->w[4]);
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (t[i].error.code != 0) {
+			print_task_error(ctx, &t[i]);
+			continue;
+		}
+		if (!tab->header_done) {
+			printf("%-*s  %-*s  %-*s  %-*s  %-*s  VALUE\n",
+			       tab->w[0], head[0], tab->w[1], head[1],
+			       tab->w[2], head[2], tab->w[3], head[3],
+			       tab->w[4], head[4]);
+			tab->header_done = true;
+		}
+		print_row(&t[i], &r, now);
+		printf("%-*s  %-*s  ", tab->w[0], r.id, tab->w[1], r.state);
+		print_escaped(stdout, r.kind, strlen(r.kind), 0);
+		printf("%*s  %-*s  %-*s  ",
+		       tab->w[2] - (int)strlen(r.kind), "", tab->w[3], r.exit,
+		       tab->w[4], r.time);
+		if (t[i].value.len > 0) {
+			print_escaped(stdout, t[i].value.data, t[i].value.len,
+				      tab->truncate ? 40 : 0);
+		} else if (t[i].reason.len > 0) {
+			putchar('[');
+			print_escaped(stdout, t[i].reason.data,
+				      t[i].reason.len, tab->truncate ? 40 : 0);
+			putchar(']');
+		}
+		putchar('\n');
+	}
+}
+
+int print_outcome(const rok_task_info *t, size_t n)
+{
+	int rc = ROKCTL_EXIT_OK;
+
+	for (size_t i = 0; i < n; i++) {
+		if (t[i].error.code != 0)
+			rc = ROKCTL_EXIT_REFUSED;
+		else if (t[i].state != ROK_TASK_SUCCEEDED &&
+			 rc < ROKCTL_EXIT_TASK)
+			rc = ROKCTL_EXIT_TASK;
+	}
+	return rc;
+}
+
+void print_stats(struct rokctl *ctx, const rok_daemon_stats *s)
+{
+	const struct { const char *name; uint64_t v; } u[] = {
+		{ "workers", s->workers },
+		{ "blocking_threads", s->blocking_threads },
+		{ "connections", s->connections },
+		{ "uptime_ms", s->uptime_ms },
+		{ "queued", s->queued },
+		{ "running", s->running },
+		{ "succeeded", s->succeeded },
+		{ "failed", s->failed },
+		{ "cancelled", s->cancelled },
+		{ "timed_out", s->timed_out },
+		{ "interrupted", s->interrupted },
+		{ "injector_depth", s->injector_depth },
+		{ "polls", s->polls },
+		{ "steals", s->steals },
+		{ "parks", s->parks },
+		{ "handoffs", s->handoffs },
+	};
+	size_t n = sizeof(u) / sizeof(u[0]);
+
+	if (ctx->json) {
+		struct json_obj o;
+
+		json_begin(&o, stdout);
+		for (size_t i = 0; i < n; i++)
+			json_u64(&o, u[i].name, u[i].v);
+		json_i64(&o, "registrations", s->registrations);
+		json_end(&o);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		printf("%-17s %llu\n", u[i].name, (unsigned long long)u[i].v);
+	printf("%-17s %lld\n", "registrations", (long long)s->registrations);
+}

@@ -1,0 +1,37 @@
+/*
+ * rokctl-stats.c — `rokctl stats`: the daemon's counters (workers, tasks
+ * by state, scheduler counters), one "name value" line each, or one JSON
+ * object with --json.
+ */
+#include "rokctl.h"
+
+static const struct rokctl_opt stats_opts[] = {
+	{ KEY_NONE, 0, NULL, NULL, NULL }
+};
+
+static int stats_exec(struct rokctl *ctx, const struct rokctl_args *a)
+{
+	rok_daemon_stats s;
+	int rc;
+
+	(void)a;
+	rc = rokctl_connect(ctx);
+	if (rc != ROKCTL_EXIT_OK)
+		return rc;
+	rc = rok_client_stats(ctx->client, &s);
+	if (rc != 0)
+		return rokctl_fail(ctx, rc);
+	print_stats(ctx, &s);
+	return ROKCTL_EXIT_OK;
+}
+
+const struct rokctl_cmd rokctl_cmd_stats = {
+	.name = "stats",
+	.operands = "",
+	.synopsis = "",
+	.summary = "Show the daemon's counters",
+	.opts = stats_opts,
+	.min_args = 0,
+	.max_args = 0,
+	.exec = stats_exec,
+};

@@ -421,11 +421,7 @@ END_TEST
 
 static Suite *cancel_suite(void)
 {
-	Suite *s = suite_create("cancel");
-	struct {
-		const char *name;
-		const TTest *fn;
-	} cases[] = {
+	const struct test_case cases[] = {
 		{ "waiting", cancel_waiting_runs_cleanup_once },
 		{ "before_first_poll", cancel_before_first_poll },
 		{ "after_completion", cancel_after_completion },
@@ -437,13 +433,7 @@ static Suite *cancel_suite(void)
 		{ "drop_handle", drop_handle_does_not_cancel },
 	};
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		TCase *tc = tcase_create(cases[i].name);
-		tcase_set_timeout(tc, test_timeout(30));
-		tcase_add_test(tc, cases[i].fn);
-		suite_add_tcase(s, tc);
-	}
-	return s;
+	return TEST_SUITE("cancel", cases, 30);
 }
 
 int main(void)

@@ -265,24 +265,14 @@ END_TEST
 
 static Suite *handoff_suite(void)
 {
-	Suite *s = suite_create("handoff");
-	struct {
-		const char *name;
-		const TTest *fn;
-	} cases[] = {
+	const struct test_case cases[] = {
 		{ "blocked_workers", blocked_workers_hand_off },
 		{ "stuck_timers", stuck_worker_timers_fire },
 		{ "pinned_not_handed_off", pinned_worker_not_handed_off },
 		{ "stop_with_helper", stop_with_helper },
 	};
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		TCase *tc = tcase_create(cases[i].name);
-		tcase_set_timeout(tc, test_timeout(30));
-		tcase_add_test(tc, cases[i].fn);
-		suite_add_tcase(s, tc);
-	}
-	return s;
+	return TEST_SUITE("handoff", cases, 30);
 }
 
 int main(void)

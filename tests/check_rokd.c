@@ -825,11 +825,7 @@ END_TEST
 
 static Suite *rokd_suite(void)
 {
-	Suite *s = suite_create("rokd");
-	struct {
-		const char *name;
-		const TTest *fn;
-	} cases[] = {
+	const struct test_case cases[] = {
 		{ "spawn_join", spawn_join_kinds },
 		{ "timeouts_cancel", timeouts_and_cancel },
 		{ "race_select", race_and_select },
@@ -843,13 +839,7 @@ static Suite *rokd_suite(void)
 		{ "perm_user", permissions_user_daemon },
 	};
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		TCase *tc = tcase_create(cases[i].name);
-		tcase_set_timeout(tc, test_timeout(60));
-		tcase_add_test(tc, cases[i].fn);
-		suite_add_tcase(s, tc);
-	}
-	return s;
+	return TEST_SUITE("rokd", cases, 60);
 }
 
 int main(void)

@@ -238,11 +238,7 @@ END_TEST
 
 static Suite *task_suite(void)
 {
-	Suite *s = suite_create("task");
-	struct {
-		const char *name;
-		const TTest *fn;
-	} cases[] = {
+	const struct test_case cases[] = {
 		{ "bad_arguments", spawn_rejects_bad_arguments },
 		{ "frame_sizes", frames_of_all_sizes },
 		{ "many_joiners", many_joiners },
@@ -251,13 +247,7 @@ static Suite *task_suite(void)
 		{ "no_value", no_value_is_null },
 	};
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		TCase *tc = tcase_create(cases[i].name);
-		tcase_set_timeout(tc, test_timeout(30));
-		tcase_add_test(tc, cases[i].fn);
-		suite_add_tcase(s, tc);
-	}
-	return s;
+	return TEST_SUITE("task", cases, 30);
 }
 
 int main(void)

@@ -245,11 +245,7 @@ END_TEST
 
 static Suite *timer_suite(void)
 {
-	Suite *s = suite_create("timer");
-	struct {
-		const char *name;
-		const TTest *fn;
-	} cases[] = {
+	const struct test_case cases[] = {
 		{ "never_early", never_early },
 		{ "zero_and_past", zero_and_past },
 		{ "until_levels", sleep_until_levels },
@@ -259,13 +255,7 @@ static Suite *timer_suite(void)
 		{ "idle_wakes", idle_worker_wakes_for_timer },
 	};
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		TCase *tc = tcase_create(cases[i].name);
-		tcase_set_timeout(tc, test_timeout(30));
-		tcase_add_test(tc, cases[i].fn);
-		suite_add_tcase(s, tc);
-	}
-	return s;
+	return TEST_SUITE("timer", cases, 30);
 }
 
 int main(void)

@@ -43,6 +43,30 @@ static inline void test_workers(int n)
 	setenv("ROK_WORKERS", buf, 1);
 }
 
+/* One TCase per entry, each with the same timeout. */
+struct test_case {
+	const char *name;
+	const TTest *fn;
+};
+
+static inline Suite *test_suite(const char *name,
+                                const struct test_case *cases, size_t n,
+                                int timeout)
+{
+	Suite *s = suite_create(name);
+
+	for (size_t i = 0; i < n; i++) {
+		TCase *tc = tcase_create(cases[i].name);
+		tcase_set_timeout(tc, test_timeout(timeout));
+		tcase_add_test(tc, cases[i].fn);
+		suite_add_tcase(s, tc);
+	}
+	return s;
+}
+
+#define TEST_SUITE(name, cases, timeout) \
+	test_suite(name, cases, sizeof(cases) / sizeof(cases[0]), timeout)
+
 static inline int test_run(Suite *s)
 {
 	SRunner *sr = srunner_create(s);

@@ -23,6 +23,7 @@ enum {
 
 #define EXECUTOR_MAX_WORKERS 1024
 #define EXECUTOR_MAX_GUESTS  1024      /* threads inside rok_block_on */
+#define EXECUTOR_MAX_HELPERS 64        /* stand-ins for stuck workers */
 
 struct executor {
 	_Atomic int state;                 /* EXECUTOR_* */
@@ -36,6 +37,11 @@ struct executor {
 	_Atomic uint64_t next_id;
 	_Atomic uint32_t next_home;        /* round robin of remote spawns (TPC) */
 	_Atomic int64_t regs_foreign;      /* registrations counted off-worker */
+	/* Helpers (monitor.c): created on demand, reused, freed at stop only,
+	 * so thieves may read them without a lock.  Release on nhelpers
+	 * publishes helpers[i] before the count that covers it. */
+	struct worker *helpers[EXECUTOR_MAX_HELPERS];
+	_Atomic unsigned nhelpers;
 	pthread_mutex_t lock;              /* start, stop, guest count */
 	pthread_mutex_t slot_lock;         /* spare slots; after `lock` */
 	uint64_t retired_polls;            /* of freed slots; under slot_lock */

@@ -3,18 +3,24 @@
  *
  * A task that makes a blocking call holds its worker for as long as the call
  * takes; the tasks queued behind it on that worker must not wait for it.
- * The monitor thread wakes every MONITOR_PERIOD and reads each pool worker's
+ * The monitor thread wakes every MONITOR_PERIOD and reads each worker's
  * poll_seq, which is odd while a poll runs.  A worker seen in the same poll
- * at two consecutive looks (between one and two periods) is stuck: the
- * monitor starts a helper, a fresh OS thread with a worker struct of its own
- * (in a spare slot of executor.workers), which runs what the stuck worker
- * cannot: its LIFO task, its deque (by stealing, half at a time, like any
- * thief), the injector, and its timer wheel, which the helper fires in its
- * place.  When the stuck call returns, the worker goes on with its own
- * thread, and the helper retires as soon as it has nothing queued of its own.
- * So the queue changes threads, as in Go's hand-off, but the stuck thread
- * keeps its worker: nothing the stuck poll does after its blocking call
- * returns can race with another thread on the worker's owner-only queues.
+ * at two consecutive looks, whose thread the kernel reports asleep (state S
+ * or D in /proc: blocked in a call, not merely preempted or computing), is
+ * stuck: the monitor starts a helper, a fresh OS thread with a worker struct
+ * of its own, which runs what the stuck worker cannot: its LIFO task, its
+ * deque (by stealing, half at a time, like any thief), the injector, and its
+ * timer wheel, which the helper fires in its place.  When the stuck call
+ * returns, the worker goes on with its own thread, and the helper retires as
+ * soon as it has nothing queued of its own.  So the queue changes threads, as
+ * in Go's hand-off, but the stuck thread keeps its worker: nothing the stuck
+ * poll does after its blocking call returns can race with another thread on
+ * the worker's owner-only queues.
+ *
+ * Helpers are watched like workers: a helper that gets stuck in turn gets a
+ * helper of its own, and every worker and helper may be stolen from, so no
+ * task waits behind any blocked thread.  Helper structs are kept for reuse
+ * and freed only at stop, which lets thieves read them without a lock.
  *
  * Not handed off: a worker with spawn_local tasks pinned to it (they may only
  * run on its thread), and thread-per-core workers, whose every task is
@@ -24,9 +30,12 @@
  * the monitor sleeps until a worker wakes up (monitor_poke).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,9 +51,7 @@ static struct {
 	bool running;
 	_Atomic uint32_t word;          /* futex: bumped to wake the monitor */
 	_Atomic bool sleeping;          /* asleep until poked */
-	uint32_t *seen;                 /* poll_seq at the last look */
-	struct worker **helper;         /* helper per pool worker, or NULL */
-	_Atomic unsigned helpers;       /* helpers started, for stats */
+	_Atomic unsigned handoffs;      /* helpers started, for stats */
 } monitor;
 
 static bool monitor_stopping(void)
@@ -76,47 +83,102 @@ void monitor_poke(void)
 	}
 }
 
-/* Joins a helper that retired and gives its slot back. */
-static void monitor_reap(unsigned i)
+/* True if the kernel says the thread sleeps in a call (state S or D). */
+static bool monitor_thread_asleep(pid_t tid)
 {
-	struct worker *h = monitor.helper[i];
+	char path[64], buf[256];
 
-	if (h == NULL)
-		return;
-	if (!atomic_load(&h->retired))
-		return;
-	pthread_join(h->thread, NULL);
-	monitor.helper[i] = NULL;
-	executor_slot_put(h);
+	if (tid <= 0)
+		return false;
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	/* "tid (comm) S ...": the comm may hold spaces and parentheses. */
+	char *p = strrchr(buf, ')');
+	return p != NULL && p[1] == ' ' && (p[2] == 'S' || p[2] == 'D');
 }
 
-static void monitor_hand_off(unsigned i, struct worker *stuck, uint32_t seq)
+/* A helper struct to reuse, or a new one (monitor thread only). */
+static struct worker *monitor_helper_struct(void)
 {
+	unsigned n = atomic_load_explicit(&executor.nhelpers,
+	                                  memory_order_relaxed);
 	struct worker *h;
 
-	if (executor_slot_take(&h, false) < 0)
-		return;   /* no slot or no memory: look again next period */
-	atomic_store(&h->retired, false);
+	for (unsigned i = 0; i < n; i++)
+		if (!executor.helpers[i]->active)
+			return executor.helpers[i];
+	if (n == EXECUTOR_MAX_HELPERS || executor_slot_take(&h, false) < 0)
+		return NULL;
+	h->helper = true;
+	executor.helpers[n] = h;
+	/* Release: thieves that read the new count see the struct. */
+	atomic_store_explicit(&executor.nhelpers, n + 1, memory_order_release);
+	return h;
+}
+
+static void monitor_hand_off(struct worker *stuck, uint32_t seq)
+{
+	struct worker *h = monitor_helper_struct();
+
+	if (h == NULL)
+		return;   /* none to be had: look again next period */
 	h->stuck = stuck;
 	h->stuck_seq = seq;
 	h->wheel = stuck->wheel;
+	h->mon_seen = atomic_load_explicit(&h->poll_seq, memory_order_relaxed);
+	atomic_store(&h->retired, false);
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	int err = pthread_create(&h->thread, NULL, worker_helper_main, h);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (err != 0) {
-		executor_slot_put(h);
+	if (err != 0)
 		return;
-	}
-	monitor.helper[i] = h;
-	atomic_fetch_add_explicit(&monitor.helpers, 1, memory_order_relaxed);
+	h->active = true;
+	stuck->helped_by = h;
+	atomic_fetch_add_explicit(&monitor.handoffs, 1, memory_order_relaxed);
+}
+
+/* Joins a helper whose thread retired, making its struct reusable. */
+static void monitor_reap(struct worker *h)
+{
+	if (!h->active || !atomic_load(&h->retired))
+		return;
+	pthread_join(h->thread, NULL);
+	h->active = false;
+	if (h->stuck->helped_by == h)
+		h->stuck->helped_by = NULL;
+	h->stuck = NULL;
+	h->wheel = &h->timers;
+}
+
+/* One look at a worker or an active helper. */
+static void monitor_look(struct worker *w)
+{
+	uint32_t seq = atomic_load_explicit(&w->poll_seq, memory_order_relaxed);
+
+	if ((seq & 1) && seq == w->mon_seen && w->helped_by == NULL &&
+	    atomic_load_explicit(&w->pinned_live, memory_order_relaxed) == 0 &&
+	    monitor_thread_asleep(atomic_load_explicit(&w->tid,
+	                                               memory_order_relaxed)))
+		monitor_hand_off(w, seq);
+	w->mon_seen = seq;
 }
 
 static bool monitor_all_idle(void)
 {
-	for (unsigned i = 0; i < executor.nworkers; i++)
-		if (monitor.helper[i] != NULL)
+	unsigned n = atomic_load_explicit(&executor.nhelpers,
+	                                  memory_order_relaxed);
+
+	for (unsigned i = 0; i < n; i++)
+		if (executor.helpers[i]->active)
 			return false;
 	return idle_parked(&executor.idle) == executor.nworkers;
 }
@@ -137,48 +199,34 @@ static void *monitor_main(void *arg)
 			continue;
 		}
 		monitor_wait(&period);
-		for (unsigned i = 0; i < executor.nworkers; i++) {
-			struct worker *w = atomic_load_explicit(
-				&executor.workers[i], memory_order_relaxed);
-			uint32_t seq = atomic_load_explicit(&w->poll_seq,
-			                                    memory_order_relaxed);
-			monitor_reap(i);
-			if ((seq & 1) && seq == monitor.seen[i] &&
-			    monitor.helper[i] == NULL &&
-			    atomic_load_explicit(&w->pinned_live,
-			                         memory_order_relaxed) == 0)
-				monitor_hand_off(i, w, seq);
-			monitor.seen[i] = seq;
-		}
+		unsigned n = atomic_load_explicit(&executor.nhelpers,
+		                                  memory_order_relaxed);
+		for (unsigned i = 0; i < n; i++)
+			monitor_reap(executor.helpers[i]);
+		for (unsigned i = 0; i < executor.nworkers; i++)
+			monitor_look(atomic_load_explicit(&executor.workers[i],
+			                                  memory_order_relaxed));
+		for (unsigned i = 0; i < n; i++)
+			if (executor.helpers[i]->active)
+				monitor_look(executor.helpers[i]);
 	}
 	return NULL;
 }
 
 int monitor_start(void)
 {
-	unsigned n = executor.nworkers;
-
 	monitor.running = false;
-	if (executor.thread_per_core || n == 0)
+	atomic_store_explicit(&monitor.handoffs, 0, memory_order_relaxed);
+	if (executor.thread_per_core || executor.nworkers == 0)
 		return 0;   /* every task is pinned: nothing to hand off */
-	monitor.seen = calloc(n, sizeof(*monitor.seen));
-	monitor.helper = calloc(n, sizeof(*monitor.helper));
-	if (monitor.seen == NULL || monitor.helper == NULL) {
-		free(monitor.seen);
-		free(monitor.helper);
-		return -ENOMEM;
-	}
 	atomic_store(&monitor.sleeping, false);
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	int err = -pthread_create(&monitor.thread, NULL, monitor_main, NULL);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (err < 0) {
-		free(monitor.seen);
-		free(monitor.helper);
+	if (err < 0)
 		return err;
-	}
 	monitor.running = true;
 	return 0;
 }
@@ -190,24 +238,28 @@ void monitor_stop(void)
 	atomic_fetch_add(&monitor.word, 1);
 	syscall(SYS_futex, &monitor.word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 	pthread_join(monitor.thread, NULL);
-	for (unsigned i = 0; i < executor.nworkers; i++)
-		if (monitor.helper[i] != NULL) {
-			worker_unpark(monitor.helper[i]);
-			pthread_join(monitor.helper[i]->thread, NULL);
+	unsigned n = atomic_load_explicit(&executor.nhelpers,
+	                                  memory_order_relaxed);
+	for (unsigned i = 0; i < n; i++) {
+		struct worker *h = executor.helpers[i];
+		if (h->active) {
+			worker_unpark(h);
+			pthread_join(h->thread, NULL);
+			h->active = false;
 		}
+	}
 	monitor.running = false;
 }
 
 void monitor_free(void)
 {
-	atomic_store_explicit(&monitor.helpers, 0, memory_order_relaxed);
-	free(monitor.seen);
-	free(monitor.helper);
-	monitor.seen = NULL;
-	monitor.helper = NULL;
+	/* The helper structs sit in executor slots: executor.c frees them. */
+	atomic_store_explicit(&executor.nhelpers, 0, memory_order_relaxed);
+	memset(executor.helpers, 0, sizeof(executor.helpers));
+	atomic_store_explicit(&monitor.handoffs, 0, memory_order_relaxed);
 }
 
 unsigned monitor_helpers(void)
 {
-	return atomic_load_explicit(&monitor.helpers, memory_order_relaxed);
+	return atomic_load_explicit(&monitor.handoffs, memory_order_relaxed);
 }

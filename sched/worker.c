@@ -203,25 +203,35 @@ static rok_task *worker_next(struct worker *w)
 	return worker_take_remote(w);
 }
 
-/* Takes half the deque of the first non-empty pool worker, starting at a
- * random one; keeps all but the first task in its own deque. */
-static rok_task *worker_steal_from_pool(struct worker *w)
+/*
+ * Takes half the deque (at most max) of the first non-empty victim, starting
+ * at a random one; keeps all but the first task in its own deque.  Victims
+ * are the pool workers and the helpers (monitor.c), whose structs live until
+ * stop, so a thief never reads a freed deque.
+ */
+static rok_task *worker_steal_from_pool(struct worker *w, size_t max)
 {
-	unsigned n = executor.nworkers;
+	unsigned pool = executor.nworkers;
+	unsigned n = pool + atomic_load_explicit(&executor.nhelpers,
+	                                         memory_order_acquire);
 	void *buf[WORKER_STEAL_MAX];
 	unsigned start = worker_rand(w) % n;
 
 	for (unsigned i = 0; i < n; i++) {
 		unsigned v = (start + i) % n;
-		if (v == w->index)
+		struct worker *victim = v < pool
+		        ? atomic_load_explicit(&executor.workers[v],
+		                               memory_order_relaxed)
+		        : executor.helpers[v - pool];
+		if (victim == w)
 			continue;
-		struct worker *victim = atomic_load_explicit(
-			&executor.workers[v], memory_order_relaxed);
-		size_t k = deque_steal(&victim->deque, buf, WORKER_STEAL_MAX);
+		size_t k = deque_steal(&victim->deque, buf, max);
 		if (k == 0)
 			continue;
 		for (size_t j = 1; j < k; j++)
 			worker_push_deque(w, buf[j]);
+		if (k > 1 && w->helper)
+			executor_notify();   /* it may get stuck: let others share */
 		worker_count(&w->steals);
 		return buf[0];
 	}
@@ -230,16 +240,17 @@ static rok_task *worker_steal_from_pool(struct worker *w)
 
 static rok_task *worker_steal(struct worker *w)
 {
-	unsigned n = executor.nworkers;
-
-	if (executor.thread_per_core || n < 2)
+	/* A lone worker searches too: parking as the last searcher is what
+	 * makes it look at the injector once more (idle.c), without which a
+	 * remote spawn racing with its park is never seen. */
+	if (executor.thread_per_core)
 		return NULL;
 	if (!w->searching) {
 		if (!idle_begin_search(&executor.idle))
 			return NULL;
 		w->searching = true;
 	}
-	rok_task *t = worker_steal_from_pool(w);
+	rok_task *t = worker_steal_from_pool(w, WORKER_STEAL_MAX);
 	return t != NULL ? t : worker_take_remote(w);
 }
 
@@ -253,6 +264,11 @@ bool worker_any_work(void)
 		if (deque_len(&v->deque) > 0)
 			return true;
 	}
+	unsigned n = atomic_load_explicit(&executor.nhelpers,
+	                                  memory_order_acquire);
+	for (unsigned i = 0; i < n; i++)
+		if (deque_len(&executor.helpers[i]->deque) > 0)
+			return true;
 	return false;
 }
 
@@ -351,6 +367,7 @@ void *worker_main(void *arg)
 	struct worker *w = arg;
 
 	executor_tls.worker = w;
+	atomic_store_explicit(&w->tid, gettid(), memory_order_relaxed);
 	if (executor.thread_per_core)
 		worker_pin_cpu(w);
 	while (!worker_stopping()) {
@@ -410,6 +427,7 @@ void *worker_helper_main(void *arg)
 	uint32_t stuck_seq = h->stuck_seq;
 
 	executor_tls.worker = h;
+	atomic_store_explicit(&h->tid, gettid(), memory_order_relaxed);
 	while (!worker_stopping()) {
 		if (h->tick % WORKER_TIMER_INTERVAL == 0)
 			worker_fire_timers(h);
@@ -419,7 +437,7 @@ void *worker_helper_main(void *arg)
 			t = atomic_exchange_explicit(&stuck->lifo, NULL,
 			                             memory_order_acquire);
 		if (t == NULL)
-			t = worker_steal_from_pool(h);
+			t = worker_steal_from_pool(h, WORKER_STEAL_MAX);
 		if (t != NULL) {
 			worker_run_task(h, t);
 			continue;

@@ -38,8 +38,14 @@ struct worker {
 	uint16_t index;                     /* in executor.workers */
 	bool guest;                         /* a rok_block_on thread */
 	bool searching;
+	bool helper;                        /* stands in for a stuck worker */
 	struct worker *stuck;               /* helper: the worker it stands in for */
 	uint32_t stuck_seq;                 /* helper: its poll_seq when seen stuck */
+	/* Monitor thread only (monitor.c). */
+	bool active;                        /* helper: its thread runs */
+	struct worker *helped_by;           /* the helper standing in, or NULL */
+	uint32_t mon_seen;                  /* poll_seq at the monitor's last look */
+	_Atomic pid_t tid;                  /* the thread's id, for /proc */
 	_Atomic bool retired;               /* helper: its thread is done */
 	struct timer_wheel *wheel;          /* where this thread's sleeps go:
 	                                       its own, or a helper's stuck one */

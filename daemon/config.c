@@ -36,7 +36,7 @@ static void config_user_paths(struct config *c)
 		snprintf(buf, sizeof(buf), "%s/rok/rokd.sock", run);
 	else
 		snprintf(buf, sizeof(buf), "/tmp/rok-%u/rokd.sock",
-		         (unsigned)getuid());
+		         (unsigned)geteuid());
 	c->socket_path = config_strdup(buf);
 	if (state != NULL && *state == '/')
 		snprintf(buf, sizeof(buf), "%s/rok", state);
@@ -44,7 +44,7 @@ static void config_user_paths(struct config *c)
 		snprintf(buf, sizeof(buf), "%s/.local/state/rok", home);
 	else
 		snprintf(buf, sizeof(buf), "/tmp/rok-%u/state",
-		         (unsigned)getuid());
+		         (unsigned)geteuid());
 	c->state_dir = config_strdup(buf);
 }
 

@@ -182,7 +182,7 @@ int executor_ensure(void)
 static void executor_cancel_cb(void *frame, void *arg)
 {
 	if (task_cancel_for_stop(frame))
-		*(bool *)arg = true;
+		++*(size_t *)arg;
 }
 
 /* Runs queued tasks of every worker (pool and helpers) until all queues
@@ -210,7 +210,8 @@ static void executor_drain_queues(void)
 
 int rok_stop(void)
 {
-	if (executor_tls.worker != NULL || reactor_on_thread())
+	if (executor_tls.worker != NULL || reactor_on_thread() ||
+	    blocking_on_thread())
 		return -EDEADLK;
 	pthread_mutex_lock(&executor.lock);
 	if (atomic_load(&executor.state) != EXECUTOR_RUNNING) {
@@ -231,12 +232,20 @@ int rok_stop(void)
 	/* Alone now: act as worker 0 and drive every task to its end. */
 	executor_tls.worker = atomic_load_explicit(&executor.workers[0],
 	                                           memory_order_relaxed);
-	bool live;
-	do {
-		live = false;
+	/*
+	 * Each round cancels what is left and runs what that queued.  A task
+	 * no queue holds (woken by nothing, say a poll that was left RUNNING)
+	 * would keep the count up forever: stop once a round ends nothing.
+	 */
+	size_t live, before = SIZE_MAX;
+	for (;;) {
+		live = 0;
 		frame_for_each(executor_cancel_cb, &live);
 		executor_drain_queues();
-	} while (live);
+		if (live == 0 || live >= before)
+			break;
+		before = live;
+	}
 	executor_tls.worker = NULL;
 
 	reactor_free();

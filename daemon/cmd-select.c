@@ -49,7 +49,7 @@ void cmd_select(struct conn *c, const Request *req)
 			return;
 		}
 		ids[i] = tasktab_id(r);
-		(void)tasktab_start(r, s->specs[i]);
+		(void)tasktab_start(r, s->specs[i], NULL);
 	}
 	(void)waiter_start(c, req->id, WAIT_SELECT, ids, n, s->timeout_ms, true);
 	free(ids);

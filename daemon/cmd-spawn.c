@@ -42,17 +42,31 @@ int cmd_create_task(struct conn *c, const TaskSpec *spec, struct rtask **out,
 void cmd_spawn(struct conn *c, const Request *req)
 {
 	const Rok__V1__SpawnRequest *sp = req->spawn;
+	/* Waiting with no time limit: the task answers when it ends, with no
+	 * waiting task of its own.  The wait is counted before the task
+	 * exists, so a refusal leaves nothing behind. */
+	bool answered_by_task = sp->wait && sp->wait_timeout_ms == 0;
 	struct rtask *r;
 	char err[160];
 
+	if (answered_by_task && !conn_begin_wait(c, req->id))
+		return;   /* answered: too many requests in flight */
 	int code = cmd_create_task(c, sp->spec, &r, err, sizeof(err));
 	if (code != 0) {
-		conn_send_error(c, req->id, (ErrorCode)code, "%s", err);
+		if (answered_by_task)
+			reply_post_error(c, req->id, (ErrorCode)code, err);
+		else
+			conn_send_error(c, req->id, (ErrorCode)code, "%s", err);
 		return;
 	}
 	uint64_t id = tasktab_id(r);
+	if (answered_by_task) {
+		struct rt_reply reply = { c, req->id };
+		(void)tasktab_start(r, sp->spec, &reply);
+		return;
+	}
 	/* A task that fails to start is recorded as failed: still an id. */
-	(void)tasktab_start(r, sp->spec);
+	(void)tasktab_start(r, sp->spec, NULL);
 	if (sp->wait) {
 		(void)waiter_start(c, req->id, WAIT_SPAWN, &id, 1,
 		                   sp->wait_timeout_ms, false);

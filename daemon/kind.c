@@ -27,6 +27,7 @@ static const struct kind *const kinds[] = {
 
 struct runner {
 	struct rtask *rec;
+	struct rt_reply reply;
 	const struct kind *kind;
 	int64_t timeout_ns;
 	rok_future fut;
@@ -66,16 +67,20 @@ static rok_poll runner_poll(rok_cx *cx, void *frame)
 		f->kind->finish(f->body, how, &o);
 		if (how != RT_SUCCEEDED)
 			o.state = how;
-		tasktab_finish(f->rec, &o);
+		uint64_t id = tasktab_id(f->rec);
+		tasktab_finish(f->rec, &o);   /* f->rec may go from here on */
+		if (f->reply.conn != NULL)
+			tasktab_reply(id, &f->reply);
 	}
 	ROK_END(cx);
 }
 
 int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
-               rok_task **handle)
+               const struct rt_reply *reply, rok_task **handle)
 {
 	struct runner f = {
 		.rec = r,
+		.reply = reply != NULL ? *reply : (struct rt_reply){ NULL, 0 },
 		.kind = k,
 		.timeout_ns = spec->timeout_ms > (uint64_t)INT64_MAX / 1000000
 		                      ? INT64_MAX

@@ -98,11 +98,25 @@ void tasktab_free(void);
 int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
                    struct rtask **out);
 
-/* Starts the runtime task of a created record (any thread): 0 or -errno,
- * then the record is finished as failed. */
-int tasktab_start(struct rtask *r, const TaskSpec *spec);
+/*
+ * Who to answer when a task ends: a spawn --wait without a wait timeout
+ * is answered by the task itself, without a waiting task of its own.
+ */
+struct rt_reply {
+	struct conn *conn;          /* NULL: nobody; else a wait is begun */
+	uint64_t req_id;
+};
+
+/* Starts the runtime task of a created record (reactor thread): 0 or
+ * -errno, then the record is finished as failed (and `reply` answered). */
+int tasktab_start(struct rtask *r, const TaskSpec *spec,
+                  const struct rt_reply *reply);
 
 uint64_t tasktab_id(const struct rtask *r);
+
+/* Answers a spawn --wait with the task as it is now (any thread): ends the
+ * wait begun on reply->conn. */
+void tasktab_reply(uint64_t id, const struct rt_reply *reply);
 
 /* The worker side of a kind: marks the task running / finished. */
 void tasktab_running(struct rtask *r);
@@ -156,7 +170,7 @@ struct kind {
 const struct kind *kind_find(const uint8_t *name, size_t len);
 /* Spawns the runtime task that runs record r: 0 or -errno. */
 int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
-               rok_task **handle);
+               const struct rt_reply *reply, rok_task **handle);
 
 extern const struct kind kind_noop, kind_sleep, kind_echo;
 

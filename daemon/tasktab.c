@@ -236,6 +236,22 @@ uint64_t tasktab_id(const struct rtask *r)
 	return r->id;
 }
 
+void tasktab_reply(uint64_t id, const struct rt_reply *reply)
+{
+	Response resp = ROK__V1__RESPONSE__INIT;
+	Rok__V1__SpawnReply sr = ROK__V1__SPAWN_REPLY__INIT;
+	TaskInfo info;
+
+	tasktab_info(id, conn_uid(reply->conn), &info);
+	sr.id = id;
+	sr.task = &info;
+	resp.id = reply->req_id;
+	resp.body_case = ROK__V1__RESPONSE__BODY_SPAWN;
+	resp.spawn = &sr;
+	reply_post(reply->conn, &resp);
+	tasktab_info_free(&info);
+}
+
 /* Lock held.  Moves a record to a new state, keeping the counts. */
 static void tasktab_set_state(struct rtask *r, int state)
 {
@@ -244,16 +260,19 @@ static void tasktab_set_state(struct rtask *r, int state)
 	r->state = state;
 }
 
-int tasktab_start(struct rtask *r, const TaskSpec *spec)
+int tasktab_start(struct rtask *r, const TaskSpec *spec,
+                  const struct rt_reply *reply)
 {
 	rok_task *h;
-	int err = kind_spawn(r, r->kind, spec, &h);
+	int err = kind_spawn(r, r->kind, spec, reply, &h);
 
 	if (err < 0) {
 		struct rt_outcome o = { .state = RT_FAILED };
 		snprintf(o.reason, sizeof(o.reason), "could not start: %s",
 		         strerror(-err));
 		tasktab_finish(r, &o);
+		if (reply != NULL && reply->conn != NULL)
+			tasktab_reply(r->id, reply);
 		return err;
 	}
 	pthread_mutex_lock(&tab.lock);

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rok/blocking.h"
 #include "rok/rok.h"
 
 #define BENCH_TASKS   1000000L
@@ -432,6 +433,61 @@ static long bench_timer_storm(char *extra, size_t len)
 	return n;
 }
 
+/* ---- blocking --------------------------------------------------------- */
+
+#define BENCH_BLOCKING_JOBS 10000L
+
+static void *bench_blocking_job(void *arg)
+{
+	return arg;
+}
+
+struct bench_blocker {
+	rok_task **jobs;
+	long i;
+	long sum;
+	void *v;
+	rok_join_op join;
+};
+
+static rok_poll bench_blocker_poll(rok_cx *cx, void *frame)
+{
+	struct bench_blocker *f = frame;
+
+	ROK_BEGIN(cx);
+	for (f->i = 0; f->i < BENCH_BLOCKING_JOBS; f->i++)
+		bench_check("spawn_blocking",
+		            rok_spawn_blocking(&f->jobs[f->i], bench_blocking_job,
+		                               (void *)f->i));
+	for (f->i = 0; f->i < BENCH_BLOCKING_JOBS; f->i++) {
+		ROK_AWAIT(cx, rok_join(cx, &f->join, f->jobs[f->i], &f->v));
+		f->sum += (long)f->v;
+		rok_task_unref(f->jobs[f->i]);
+	}
+	ROK_RETURN(cx, f->sum);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+static long bench_blocking(char *extra, size_t len)
+{
+	struct bench_blocker f = { .jobs = malloc(BENCH_BLOCKING_JOBS *
+	                                          sizeof(rok_task *)) };
+	rok_task *t;
+	void *sum;
+
+	if (f.jobs == NULL)
+		bench_die("malloc", -ENOMEM);
+	bench_check("spawn", rok_spawn(&t, bench_blocker_poll, &f, sizeof(f)));
+	bench_check("wait", rok_task_wait(t, &sum));
+	rok_task_unref(t);
+	free(f.jobs);
+	long want = BENCH_BLOCKING_JOBS * (BENCH_BLOCKING_JOBS - 1) / 2;
+	snprintf(extra, len, " sum_ok=%d threads=%u", (long)sum == want,
+	         rok_blocking_threads());
+	return BENCH_BLOCKING_JOBS;
+}
+
 /* ---- main ------------------------------------------------------------- */
 
 static const struct bench_workload {
@@ -446,6 +502,7 @@ static const struct bench_workload {
 	{ "fanout_join", bench_fanout_join },
 	{ "sleep_many", bench_sleep_many },
 	{ "timer_storm", bench_timer_storm },
+	{ "blocking", bench_blocking },
 };
 
 static void bench_usage(FILE *to)

@@ -19,7 +19,8 @@ void blocking_shutdown(void);
 
 /*
  * Called by rok_stop once the executor is STOPPING, which refuses new jobs
- * from then on: lets the next run use the pool again (it is set up lazily).
+ * from then on: lets the next run use the pool again (its threads are
+ * created as jobs come).
  */
 void blocking_reopen(void);
 

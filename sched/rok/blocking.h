@@ -50,14 +50,16 @@ extern "C" {
 
 /*
  * Runs fn(arg) on a thread of the blocking pool, never on a worker.  fn
- * starts at the call, not when the handle is first awaited: the job goes to
- * an idle pool thread at once, or to a new thread when none is idle and the
- * pool is below its cap, else it waits in a FIFO queue.  With `out`
- * non-NULL, *out receives a handle; with NULL the job is detached (it runs
- * all the same).  Starts the executor if it is not running.  Returns 0,
- * -EINVAL (fn NULL, or a bad ROK_BLOCKING_* variable), -ENOMEM, -ESHUTDOWN
- * while the runtime is stopping, or the error of pthread_create when no pool
- * thread exists to take the job (then fn never runs).
+ * starts at the call, not when the handle is first awaited: jobs join a
+ * FIFO queue and a thread is sent for each at once, an idle one or, with
+ * none idle and the pool below its cap, a new one (in a burst, each thread
+ * that comes sends for the next); at the cap a job waits for a thread to
+ * finish.  With `out` non-NULL, *out receives a handle; with NULL the job
+ * is detached (it runs all the same).  Starts the executor if it is not
+ * running.  Returns 0, -EINVAL (fn NULL, or a bad ROK_BLOCKING_* variable),
+ * -ENOMEM, -ESHUTDOWN while the runtime is stopping, or the error of
+ * pthread_create when no pool thread exists to take the job (then fn never
+ * runs, and jobs queued behind that thread meanwhile end without a value).
  */
 int rok_spawn_blocking(rok_task **out, void *(*fn)(void *arg), void *arg);
 
@@ -73,10 +75,9 @@ int rok_thread_spawn(rok_task **out, void *(*fn)(void *arg), void *arg);
  * Sets the pool's cap on threads (default 512, or ROK_BLOCKING_MAX) and how
  * long an idle pool thread waits for a job before it exits, in nanoseconds
  * (default 10 s, or ROK_BLOCKING_IDLE_MS milliseconds).  0 (or a negative
- * time) keeps a value.
- * The values last for the process, across rok_stop and rok_start.  A lower
- * cap takes effect as running jobs finish; a new idle time as threads next
- * go idle.
+ * time) keeps a value.  The values last for the process, across rok_stop
+ * and rok_start.  A lower cap takes effect as running jobs finish; a new
+ * idle time as threads next go idle.
  */
 void rok_blocking_set_limits(unsigned max_threads, int64_t idle_ns);
 

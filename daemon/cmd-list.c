@@ -1,8 +1,6 @@
 /*
  * cmd-list.c — the caller's tasks in id order, one page at a time.
  */
-#include <stdlib.h>
-
 #include "rokd.h"
 
 #define LIST_PAGE_DEFAULT 1000
@@ -21,11 +19,8 @@ void cmd_list(struct conn *c, const Request *req)
 		                "unknown task state %d", (int)l->state);
 		return;
 	}
-	TaskInfo *infos = calloc(limit, sizeof(*infos));
-	TaskInfo **ptrs = calloc(limit, sizeof(*ptrs));
-	if (infos == NULL || ptrs == NULL) {
-		free(infos);
-		free(ptrs);
+	TaskInfo **infos = tasktab_infos_new(limit);
+	if (infos == NULL) {
 		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__INTERNAL,
 		                "out of memory");
 		return;
@@ -33,17 +28,12 @@ void cmd_list(struct conn *c, const Request *req)
 	bool more;
 	size_t n = tasktab_list(conn_uid(c), (int)l->state, l->after_id, limit,
 	                        infos, &more);
-	for (size_t i = 0; i < n; i++)
-		ptrs[i] = &infos[i];
 	lr.n_tasks = n;
-	lr.tasks = ptrs;
+	lr.tasks = infos;
 	lr.more = more;
 	resp.id = req->id;
 	resp.body_case = ROK__V1__RESPONSE__BODY_LIST;
 	resp.list = &lr;
 	conn_send(c, &resp);
-	for (size_t i = 0; i < n; i++)
-		tasktab_info_free(&infos[i]);
-	free(infos);
-	free(ptrs);
+	tasktab_infos_free(infos, limit);
 }

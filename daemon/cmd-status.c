@@ -1,8 +1,6 @@
 /*
  * cmd-status.c — what is known of each listed task, now.
  */
-#include <stdlib.h>
-
 #include "rokd.h"
 
 void cmd_status(struct conn *c, const Request *req)
@@ -11,28 +9,20 @@ void cmd_status(struct conn *c, const Request *req)
 	Response resp = ROK__V1__RESPONSE__INIT;
 	Rok__V1__StatusReply sr = ROK__V1__STATUS_REPLY__INIT;
 	size_t n = s->n_ids;
-	TaskInfo *infos = calloc(n > 0 ? n : 1, sizeof(*infos));
-	TaskInfo **ptrs = calloc(n > 0 ? n : 1, sizeof(*ptrs));
+	TaskInfo **infos = tasktab_infos_new(n);
 
-	if (infos == NULL || ptrs == NULL) {
-		free(infos);
-		free(ptrs);
+	if (infos == NULL) {
 		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__INTERNAL,
 		                "out of memory");
 		return;
 	}
-	for (size_t i = 0; i < n; i++) {
-		tasktab_info(s->ids[i], conn_uid(c), &infos[i]);
-		ptrs[i] = &infos[i];
-	}
+	for (size_t i = 0; i < n; i++)
+		tasktab_info(s->ids[i], conn_uid(c), infos[i]);
 	sr.n_tasks = n;
-	sr.tasks = ptrs;
+	sr.tasks = infos;
 	resp.id = req->id;
 	resp.body_case = ROK__V1__RESPONSE__BODY_STATUS;
 	resp.status = &sr;
 	conn_send(c, &resp);
-	for (size_t i = 0; i < n; i++)
-		tasktab_info_free(&infos[i]);
-	free(infos);
-	free(ptrs);
+	tasktab_infos_free(infos, n);
 }

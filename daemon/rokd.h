@@ -134,13 +134,18 @@ int tasktab_lookup(uint64_t id, uid_t uid, rok_task **handle);
 void tasktab_info(uint64_t id, uid_t uid, TaskInfo *info);
 void tasktab_info_free(TaskInfo *info);
 
+/* n initialised infos behind an array of pointers to them (the shape a
+ * reply's repeated field takes), or NULL; freed with what they hold. */
+TaskInfo **tasktab_infos_new(size_t n);
+void tasktab_infos_free(TaskInfo **infos, size_t n);
+
 /* Requests cancellation: an ErrorCode. */
 int tasktab_cancel(uint64_t id, uid_t uid);
 
 /* Visible tasks with id > after, in id order: up to limit, *more set.
  * Returns how many were filled into infos[]. */
 size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
-                    TaskInfo *infos, bool *more);
+                    TaskInfo **infos, bool *more);
 
 /* Tasks by state, for stats. */
 void tasktab_counts(uint64_t counts[RT_NSTATES]);

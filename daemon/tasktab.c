@@ -427,6 +427,30 @@ void tasktab_info(uint64_t id, uid_t uid, TaskInfo *info)
 		tasktab_set_error(info, id, code);
 }
 
+TaskInfo **tasktab_infos_new(size_t n)
+{
+	/* The pointer array and the infos in one allocation. */
+	TaskInfo **ptrs = calloc(1, n * (sizeof(*ptrs) + sizeof(TaskInfo)) + 1);
+
+	if (ptrs == NULL)
+		return NULL;
+	TaskInfo *infos = (TaskInfo *)(void *)(ptrs + n);
+	for (size_t i = 0; i < n; i++) {
+		rok__v1__task_info__init(&infos[i]);
+		ptrs[i] = &infos[i];
+	}
+	return ptrs;
+}
+
+void tasktab_infos_free(TaskInfo **infos, size_t n)
+{
+	if (infos == NULL)
+		return;
+	for (size_t i = 0; i < n; i++)
+		tasktab_info_free(infos[i]);
+	free(infos);
+}
+
 void tasktab_info_free(TaskInfo *info)
 {
 	free(info->value.data);
@@ -451,7 +475,7 @@ int tasktab_cancel(uint64_t id, uid_t uid)
 }
 
 size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
-                    TaskInfo *infos, bool *more)
+                    TaskInfo **infos, bool *more)
 {
 	size_t n = 0;
 
@@ -465,8 +489,7 @@ size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
 			*more = true;
 			break;
 		}
-		rok__v1__task_info__init(&infos[n]);
-		tasktab_fill(r, &infos[n++]);
+		tasktab_fill(r, infos[n++]);
 	}
 	pthread_mutex_unlock(&tab.lock);
 	return n;

@@ -58,20 +58,15 @@ static void waiter_reply_join(struct waiter *f)
 	Response resp = ROK__V1__RESPONSE__INIT;
 	Rok__V1__JoinReply jr = ROK__V1__JOIN_REPLY__INIT;
 	Rok__V1__SpawnReply sr = ROK__V1__SPAWN_REPLY__INIT;
-	TaskInfo *infos = calloc(f->n, sizeof(*infos));
-	TaskInfo **ptrs = calloc(f->n, sizeof(*ptrs));
+	TaskInfo **ptrs = tasktab_infos_new(f->n);
 
-	if (infos == NULL || ptrs == NULL) {
-		free(infos);
-		free(ptrs);
+	if (ptrs == NULL) {
 		reply_post_error(f->conn, f->req_id,
 		                 ROK__V1__ERROR_CODE__INTERNAL, "out of memory");
 		return;
 	}
-	for (size_t i = 0; i < f->n; i++) {
-		tasktab_info(f->ids[i], f->uid, &infos[i]);
-		ptrs[i] = &infos[i];
-	}
+	for (size_t i = 0; i < f->n; i++)
+		tasktab_info(f->ids[i], f->uid, ptrs[i]);
 	resp.id = f->req_id;
 	if (f->mode == WAIT_SPAWN) {
 		sr.id = f->ids[0];
@@ -85,10 +80,7 @@ static void waiter_reply_join(struct waiter *f)
 		resp.join = &jr;
 	}
 	reply_post(f->conn, &resp);
-	for (size_t i = 0; i < f->n; i++)
-		tasktab_info_free(&infos[i]);
-	free(infos);
-	free(ptrs);
+	tasktab_infos_free(ptrs, f->n);
 }
 
 static void waiter_reply_race(struct waiter *f)

@@ -161,24 +161,6 @@ static void blocking_futex_wake(_Atomic uint32_t *word)
 	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-/* Reads a positive integer in [lo, hi] from the environment into *out
- * (untouched if unset): 0, or -EINVAL. */
-static int blocking_env_uint(const char *name, unsigned lo, unsigned hi,
-                             unsigned *out)
-{
-	const char *s = getenv(name);
-	char *end;
-
-	if (s == NULL || *s == '\0')
-		return 0;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno != 0 || *end != '\0' || v < lo || v > hi)
-		return -EINVAL;
-	*out = (unsigned)v;
-	return 0;
-}
-
 /* Reads ROK_BLOCKING_MAX and ROK_BLOCKING_IDLE_MS once; lock held. */
 static void blocking_configure_locked(struct blocking_pool *p)
 {
@@ -187,9 +169,9 @@ static void blocking_configure_locked(struct blocking_pool *p)
 	if (p->configured)
 		return;
 	p->configured = true;
-	if (blocking_env_uint("ROK_BLOCKING_MAX", 1, BLOCKING_MAX_LIMIT,
+	if (executor_env_uint("ROK_BLOCKING_MAX", 1, BLOCKING_MAX_LIMIT,
 	                      &p->max) < 0 ||
-	    blocking_env_uint("ROK_BLOCKING_IDLE_MS", 1, BLOCKING_IDLE_MS_LIMIT,
+	    executor_env_uint("ROK_BLOCKING_IDLE_MS", 1, BLOCKING_IDLE_MS_LIMIT,
 	                      &ms) < 0)
 		p->env_err = -EINVAL;
 	if (ms > 0)

@@ -52,8 +52,7 @@ int rok_workers(void)
 	return executor_tls.worker != NULL ? (int)executor.nworkers : 1;
 }
 
-/* Reads a small positive integer from the environment: 0, or -EINVAL. */
-static int executor_env_uint(const char *name, unsigned lo, unsigned hi,
+int executor_env_uint(const char *name, unsigned lo, unsigned hi,
                              unsigned *out)
 {
 	const char *s = getenv(name);

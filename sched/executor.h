@@ -72,6 +72,11 @@ static inline bool executor_running(void)
 	       EXECUTOR_RUNNING;
 }
 
+/* Reads an integer in [lo, hi] from the environment into *out (untouched
+ * if unset or empty): 0, or -EINVAL. */
+int executor_env_uint(const char *name, unsigned lo, unsigned hi,
+                      unsigned *out);
+
 /* A fresh task id from this thread's block. */
 uint64_t executor_next_id(void);
 

@@ -39,6 +39,7 @@
 
 #define WORKER_REMOTE_INTERVAL 61
 #define WORKER_TIMER_INTERVAL  32
+#define WORKER_SPIN_NS         ROK_US(50)
 #define WORKER_LIFO_MAX        3
 #define WORKER_STEAL_MAX       256
 
@@ -307,9 +308,33 @@ static bool worker_fire_timers(struct worker *w)
 	return timer_armed(w->wheel) && timer_fire(w->wheel, rok_now()) > 0;
 }
 
+/*
+ * Before parking, a worker that was searching keeps looking for a little
+ * while (Go's spinning M): work that arrives within WORKER_SPIN_NS is taken
+ * without a futex round trip, which is most of the latency of a request
+ * that hops from the reactor to a worker and back.  Still counted as
+ * searching, so producers wake nobody meanwhile.  Bounded, so an idle pool
+ * still costs nothing.
+ */
+static bool worker_spin(struct worker *w)
+{
+	if (!w->searching || executor.thread_per_core)
+		return false;
+	int64_t until = rok_now() + WORKER_SPIN_NS;
+	do {
+		/* Yield rather than spin: the threads that will produce the
+		 * work (the reactor, a client) may need this very CPU. */
+		sched_yield();
+		if (!injector_is_empty(&executor.injector) ||
+		    !injector_is_empty(&w->inbox) || worker_any_work())
+			return true;
+	} while (rok_now() < until && !worker_stopping());
+	return false;
+}
+
 static void worker_park(struct worker *w)
 {
-	if (worker_fire_timers(w))
+	if (worker_fire_timers(w) || worker_spin(w))
 		return;
 	/* Set before the worker shows up as a sleeper, so an unpark that
 	 * picks it finds 1 and issues the futex wake. */

@@ -61,7 +61,7 @@ static rok_poll runner_poll(rok_cx *cx, void *frame)
 	ROK_CLEANUP(cx);
 	{
 		struct rt_outcome o = { .state = RT_SUCCEEDED };
-		int how = cx->cancelled_exit ? RT_CANCELLED
+		int how = ROK_LEFT_BY_CANCEL(cx) ? RT_CANCELLED
 		          : f->err == -ETIMEDOUT ? RT_TIMED_OUT
 		                                 : RT_SUCCEEDED;
 		f->kind->finish(f->body, how, &o);

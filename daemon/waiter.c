@@ -211,7 +211,7 @@ static rok_poll waiter_poll(rok_cx *cx, void *frame)
 		waiter_reply_race(f);
 	}
 	ROK_CLEANUP(cx);
-	if (cx->cancelled_exit)
+	if (ROK_LEFT_BY_CANCEL(cx))
 		/* Only rok_stop cancels a waiter: answer it all the same. */
 		reply_post_error(f->conn, f->req_id,
 		                 ROK__V1__ERROR_CODE__UNAVAILABLE,

@@ -259,6 +259,10 @@ void rok__bad_pc(uint32_t pc);
 	rok__cleanup:                                                        \
 		*(cx)->pc = ROK__PC_CLEANUP;
 
+/* In the cleanup section: true when the body left through cancellation
+ * (it has no value then), false when it returned or ran to its end. */
+#define ROK_LEFT_BY_CANCEL(cx) ((cx)->cancelled_exit)
+
 /* Closes the poll function: the task is finished. */
 #define ROK_END(cx)                                                          \
 		break;                                                       \

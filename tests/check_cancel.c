@@ -204,10 +204,12 @@ START_TEST(cancel_wakes_joiner_and_releases)
 	rok_task *target, *j[8];
 
 	ck_assert_int_eq(rok_chan_new(&ch, 1), 0);
+	int64_t base = rok_registrations() + 1;   /* + the target's wait */
 	struct waiter w = { .ch = ch };
 	ck_assert_int_eq(rok_spawn(&target, waiter_poll, &w, sizeof(w)), 0);
 	wait_started(1);
-	int64_t base = rok_registrations();   /* the target's channel wait */
+	while (rok_registrations() < base)
+		sched_yield();   /* linked into the channel's wait list */
 	struct joiner jf = { .target = target };
 	for (int i = 0; i < 8; i++)
 		ck_assert_int_eq(rok_spawn(&j[i], joiner_poll, &jf, sizeof(jf)),

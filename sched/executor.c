@@ -366,7 +366,8 @@ int executor_slot_take(struct worker **out, bool guest)
 	return err;
 }
 
-void executor_slot_put(struct worker *w)
+/* Gives a guest's slot back and frees the worker (its queues are empty). */
+static void executor_slot_put(struct worker *w)
 {
 	pthread_mutex_lock(&executor.slot_lock);
 	atomic_store_explicit(&executor.workers[w->index], NULL,

@@ -89,9 +89,6 @@ void executor_regs_add(int64_t delta);
  */
 int executor_slot_take(struct worker **out, bool guest);
 
-/* Gives the slot back and frees the worker (its queues must be empty). */
-void executor_slot_put(struct worker *w);
-
 /* Wakes a worker that idle_notify picked, or none. */
 void executor_notify(void);
 

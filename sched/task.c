@@ -35,11 +35,6 @@
 #include "waitq.h"
 #include "worker.h"
 
-rok_task *task_current(void)
-{
-	return executor_tls.current;
-}
-
 static void task_free(rok_task *t)
 {
 	atomic_store_explicit(&t->state, 0, memory_order_relaxed);
@@ -124,19 +119,6 @@ void task_wake_by_val(rok_task *t)
 void task_wake_by_val_fifo(rok_task *t)
 {
 	task_wake_by_val_as(t, true);
-}
-
-void task_wake(rok_task *t)
-{
-	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
-	bool sched;
-
-	while (!atomic_compare_exchange_weak_explicit(
-		&t->state, &s, task_woken_state(s, &sched),
-		memory_order_acq_rel, memory_order_relaxed))
-		;
-	if (sched)
-		task_schedule(t, false);
 }
 
 int task_spawn(rok_task **out, rok_poll_fn poll, const void *frame,

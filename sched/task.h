@@ -8,9 +8,10 @@
  *
  * References are held by: the runtime, from spawn until the task finished and
  * woke its joiners; each handle; and each waker that is between taking a
- * waiter off a queue and calling task_wake().  A task sitting in a run queue
- * or linked into a wait queue is covered by the runtime's reference, which is
- * why a waiter must be unlinked before its task can finish.
+ * waiter off a queue and calling task_wake_by_val().  A task sitting in a
+ * run queue or linked into a wait queue is covered by the runtime's
+ * reference, which is why a waiter must be unlinked before its task can
+ * finish.
  */
 #ifndef ROK_TASK_H
 #define ROK_TASK_H
@@ -101,9 +102,6 @@ void task_wake_by_val(rok_task *t);
  * in the LIFO slot: for wakes in bulk (timers), which must keep their order. */
 void task_wake_by_val_fifo(rok_task *t);
 
-/* Wakes `t` without consuming a reference.  Any thread. */
-void task_wake(rok_task *t);
-
 /*
  * Polls a task that the caller took from a run queue (SCHEDULED set): runs
  * it, then re-queues it, leaves it waiting, or finishes it.  Worker threads.
@@ -113,9 +111,6 @@ void task_run(rok_task *t);
 /* Puts `t` (SCHEDULED, runtime reference) where it belongs from this thread;
  * fifo: behind everything queued (a yield, a bulk wake), never LIFO. */
 void task_schedule(rok_task *t, bool fifo);
-
-/* The task being polled on this thread, or NULL. */
-rok_task *task_current(void);
 
 /* Marks `t` cancelled and running in the drain at stop; see executor.c. */
 bool task_cancel_for_stop(rok_task *t);

@@ -64,6 +64,8 @@ void config_defaults(struct config *c)
 	c->max_queued = 1000000;
 	c->max_finished = 100000;
 	c->max_connections = 4096;
+	c->max_task_output = 64ull << 20;
+	c->kill_grace_ms = 5000;
 }
 
 void config_free(struct config *c)
@@ -135,11 +137,12 @@ static int config_set(struct config *c, const char *key, const char *v,
 	static const struct {
 		const char *key;
 		size_t off;
-		int size;              /* 0: string, else bytes of integer */
+		int size;              /* 0: string, -1: duration in ms, else bytes of integer */
 		uint64_t max;
 	} keys[] = {
 #define CFG_U(k, f, m) { k, offsetof(struct config, f), sizeof(((struct config *)0)->f), m }
 #define CFG_S(k, f) { k, offsetof(struct config, f), 0, 0 }
+#define CFG_D(k, f) { k, offsetof(struct config, f), -1, 0 }   /* ms */
 		CFG_S("socket", socket_path),
 		CFG_S("state_dir", state_dir),
 		CFG_S("socket_group", socket_group),
@@ -150,6 +153,10 @@ static int config_set(struct config *c, const char *key, const char *v,
 		CFG_U("max_queued", max_queued, 1ull << 32),
 		CFG_U("max_finished", max_finished, 1ull << 32),
 		CFG_U("max_connections", max_connections, 1u << 20),
+		/* exec tasks */
+		CFG_U("max_task_output", max_task_output, 1ull << 40),
+		CFG_D("kill_grace", kill_grace_ms),
+#undef CFG_D
 #undef CFG_U
 #undef CFG_S
 	};
@@ -162,6 +169,16 @@ static int config_set(struct config *c, const char *key, const char *v,
 			char **s = (char **)(void *)field;
 			free(*s);
 			*s = config_strdup(v);
+			return 0;
+		}
+		if (keys[i].size < 0) {   /* a duration, kept in ms */
+			int64_t ns;
+			if (duration_parse(v, strlen(v), &ns) < 0) {
+				snprintf(err, len, "%s: not a duration (250ms, "
+				         "5s, 2m): %s", key, v);
+				return -1;
+			}
+			*(uint64_t *)(void *)field = (uint64_t)(ns / 1000000);
 			return 0;
 		}
 		uint64_t n;

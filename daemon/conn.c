@@ -68,6 +68,16 @@ uid_t conn_uid(const struct conn *c)
 	return c->uid;
 }
 
+bool conn_closed(const struct conn *c)
+{
+	return c->dead;
+}
+
+size_t conn_output_len(const struct conn *c)
+{
+	return c->dead ? 0 : evbuffer_get_length(bufferevent_get_output(c->bev));
+}
+
 bool conn_hello_done(const struct conn *c)
 {
 	return c->hello_done;
@@ -121,6 +131,7 @@ static void conn_close(struct conn *c, const char *why)
 	if (c->next != NULL)
 		c->next->prev = c->prev;
 	conns.count--;
+	logs_conn_closed(c);        /* its output streams end */
 	conn_unref(c);              /* the connection's own reference */
 }
 
@@ -229,6 +240,7 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 static void conn_write_cb(struct bufferevent *bev, void *arg)
 {
 	(void)bev;
+	logs_conn_writable(arg);    /* room again for output streams */
 	conn_maybe_finish(arg);
 }
 

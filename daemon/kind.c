@@ -21,6 +21,7 @@ static const struct kind *const kinds[] = {
 	&kind_noop,
 	&kind_sleep,
 	&kind_echo,
+	&kind_exec,
 };
 
 #define KIND_FRAME_MAX 256
@@ -53,7 +54,7 @@ static rok_poll runner_poll(rok_cx *cx, void *frame)
 	ROK_BEGIN(cx);
 	tasktab_running(f->rec);
 	rok_future_init(&f->fut, f->kind->poll, f->body);
-	if (f->timeout_ns > 0)
+	if (f->timeout_ns > 0 && !f->kind->own_timeout)
 		ROK_AWAIT(cx, rok_timeout(cx, &f->to, f->timeout_ns, &f->fut,
 		                          &f->val, &f->err));
 	else
@@ -71,6 +72,7 @@ static rok_poll runner_poll(rok_cx *cx, void *frame)
 		tasktab_finish(f->rec, &o);   /* f->rec may go from here on */
 		if (f->reply.conn != NULL)
 			tasktab_reply(id, &f->reply);
+		logs_notify(id);   /* followers of its output see the end */
 	}
 	ROK_END(cx);
 }

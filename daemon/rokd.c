@@ -241,6 +241,8 @@ static void rokd_reload(const struct rokd_opts *o)
 	config.max_queued = fresh.max_queued;
 	config.max_finished = fresh.max_finished;
 	config.max_connections = fresh.max_connections;
+	config.max_task_output = fresh.max_task_output;
+	config.kill_grace_ms = fresh.kill_grace_ms;
 	config_free(&fresh);
 	log_info("SIGHUP: limits reloaded from %s", o->config_file);
 }
@@ -265,6 +267,8 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	rokd_raise_nofile();
 	rokd_state_dir();
+	if ((err = exec_init()) < 0)
+		fatalx("exec tasks: %s", strerror(-err));
 	if ((err = tasktab_init()) < 0)
 		fatalx("task table: %s", strerror(-err));
 	int fd = server_open();

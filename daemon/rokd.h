@@ -49,6 +49,9 @@ struct config {
 	unsigned max_connections;
 	char *socket_group;         /* root: group that may connect */
 	bool root;                  /* running as root */
+	/* exec tasks */
+	uint64_t max_task_output;   /* bytes of output kept per task */
+	uint64_t kill_grace_ms;     /* SIGTERM to SIGKILL, default */
 };
 
 extern struct config config;
@@ -83,6 +86,7 @@ struct rt_outcome {
 	size_t value_len;
 	bool has_exit_code, has_signal;
 	int exit_code, signal;
+	bool output_truncated;
 	char reason[160];
 };
 
@@ -139,8 +143,22 @@ void tasktab_info_free(TaskInfo *info);
 TaskInfo **tasktab_infos_new(size_t n);
 void tasktab_infos_free(TaskInfo **infos, size_t n);
 
-/* Requests cancellation: an ErrorCode. */
+/* Requests cancellation: an ErrorCode.  A running task whose kind has a
+ * cancel hook and has set a control (tasktab_set_ctl) gets the hook, called
+ * under the table's lock (it must not block); any other gets
+ * rok_task_cancel. */
 int tasktab_cancel(uint64_t id, uid_t uid);
+
+/* The worker side of a kind with a cancel hook: sets (ctl non-NULL) or
+ * clears the control the hook gets.  Once cleared, the hook is not running
+ * and will not run again for r. */
+void tasktab_set_ctl(struct rtask *r, void *ctl);
+
+/* r's owner (the submitter's uid). */
+uid_t tasktab_uid(const struct rtask *r);
+
+/* Whether task `id` has finished (or is unknown): any thread. */
+bool tasktab_finished(uint64_t id);
 
 /* Visible tasks with id > after, in id order: up to limit, *more set.
  * Returns how many were filled into infos[]. */
@@ -170,6 +188,16 @@ struct kind {
 	 * RT_TIMED_OUT otherwise.  Frees what init took.
 	 */
 	void (*finish)(void *frame, int how, struct rt_outcome *o);
+	/*
+	 * Optional.  Called instead of rok_task_cancel for a running task
+	 * that registered a control with tasktab_set_ctl, under the task
+	 * table's lock: it must not block.  The kind ends its body itself
+	 * (exec: kills its process group first) and reports the outcome.
+	 */
+	void (*cancel)(void *ctl);
+	/* The kind enforces spec->timeout_ms itself (and reports
+	 * RT_TIMED_OUT); the runner does not wrap it in rok_timeout. */
+	bool own_timeout;
 };
 
 const struct kind *kind_find(const uint8_t *name, size_t len);
@@ -177,7 +205,23 @@ const struct kind *kind_find(const uint8_t *name, size_t len);
 int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
                const struct rt_reply *reply, rok_task **handle);
 
-extern const struct kind kind_noop, kind_sleep, kind_echo;
+extern const struct kind kind_noop, kind_sleep, kind_echo, kind_exec;
+
+/* ---- exec.c, exec-*.c: the exec kind (child processes) ---------------- */
+/* Main thread, before the runtime starts: output directory, /dev/null,
+ * signal dispositions to undo in children.  0 or -errno. */
+int exec_init(void);
+
+/* exec-output.c: where task id's output is: "<state_dir>/output/<id>.log". */
+void exec_output_path(uint64_t id, char *buf, size_t len);
+
+/* ---- cmd-logs.c: output streams to clients (reactor thread) ----------- */
+/* Any thread: task `id` wrote output or ended; wakes its followers (cheap
+ * when nobody follows anything). */
+void logs_notify(uint64_t id);
+/* Reactor thread, from conn.c: c's output drained; c was closed. */
+void logs_conn_writable(struct conn *c);
+void logs_conn_closed(struct conn *c);
 
 /* ---- conn.c: one client connection (reactor thread) ------------------- */
 struct conn;
@@ -187,6 +231,9 @@ void conn_accept(int fd);
 void conn_ref(struct conn *c);
 void conn_unref(struct conn *c);
 uid_t conn_uid(const struct conn *c);
+bool conn_closed(const struct conn *c);
+/* Bytes queued for the client, not yet written. */
+size_t conn_output_len(const struct conn *c);
 bool conn_hello_done(const struct conn *c);
 void conn_set_hello_done(struct conn *c);
 
@@ -243,6 +290,7 @@ void cmd_cancel(struct conn *c, const Request *req);
 void cmd_status(struct conn *c, const Request *req);
 void cmd_list(struct conn *c, const Request *req);
 void cmd_stats(struct conn *c, const Request *req);
+void cmd_logs(struct conn *c, const Request *req);
 
 /* Validates a spec and creates its record: 0 or an ErrorCode with a message
  * in err.  Shared by spawn and select. */

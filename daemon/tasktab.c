@@ -36,7 +36,9 @@ struct rtask {
 	size_t value_len;
 	bool has_exit_code, has_signal;
 	int exit_code, signal;
+	bool output_truncated;
 	char *reason;
+	void *ctl;                     /* kind->cancel's argument, if set */
 	uint64_t spawned_us, started_us, finished_us;
 	rok_task *handle;              /* the runtime task, until finished */
 	struct rtask *hnext;           /* hash chain */
@@ -306,6 +308,8 @@ void tasktab_finish(struct rtask *r, struct rt_outcome *o)
 	r->exit_code = o->exit_code;
 	r->has_signal = o->has_signal;
 	r->signal = o->signal;
+	r->output_truncated = o->output_truncated;
+	r->ctl = NULL;
 	if (o->reason[0] != '\0')
 		r->reason = strdup(o->reason);   /* NULL on ENOMEM: no reason */
 	/* The runtime task is about to end: joiners see this record. */
@@ -395,6 +399,7 @@ static void tasktab_fill(const struct rtask *r, TaskInfo *info)
 	info->exit_code = r->exit_code;
 	info->has_signal = r->has_signal;
 	info->signal = r->signal;
+	info->output_truncated = r->output_truncated;
 	info->spawned_us = r->spawned_us;
 	info->started_us = r->started_us;
 	info->finished_us = r->finished_us;
@@ -462,16 +467,52 @@ void tasktab_info_free(TaskInfo *info)
 	rok__v1__task_info__init(info);
 }
 
+/*
+ * Lock held.  A running task of a kind that ends itself on request (exec:
+ * its process group must be dead before it may end) gets the kind's hook;
+ * the hook and rok_task_cancel are atomic operations and a kill(2), never
+ * a wait, so calling them under the lock is fine.
+ */
+static void tasktab_cancel_one(struct rtask *r)
+{
+	if (r->ctl != NULL && r->kind->cancel != NULL)
+		r->kind->cancel(r->ctl);
+	else if (r->handle != NULL)
+		rok_task_cancel(r->handle);
+}
+
 int tasktab_cancel(uint64_t id, uid_t uid)
 {
 	struct rtask *r;
 
 	pthread_mutex_lock(&tab.lock);
 	int code = tasktab_visible(id, uid, &r);
-	if (code == 0 && r->handle != NULL)
-		rok_task_cancel(r->handle);   /* atomic ops only: fine here */
+	if (code == 0)
+		tasktab_cancel_one(r);
 	pthread_mutex_unlock(&tab.lock);
 	return code;
+}
+
+void tasktab_set_ctl(struct rtask *r, void *ctl)
+{
+	pthread_mutex_lock(&tab.lock);
+	r->ctl = ctl;
+	pthread_mutex_unlock(&tab.lock);
+}
+
+uid_t tasktab_uid(const struct rtask *r)
+{
+	return r->uid;   /* set at creation, never changed */
+}
+
+bool tasktab_finished(uint64_t id)
+{
+	pthread_mutex_lock(&tab.lock);
+	struct rtask *r = tasktab_find(id);
+	bool done = r == NULL || (r->state != RT_QUEUED &&
+	                          r->state != RT_RUNNING);
+	pthread_mutex_unlock(&tab.lock);
+	return done;
 }
 
 size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
@@ -506,7 +547,7 @@ void tasktab_cancel_all(void)
 {
 	pthread_mutex_lock(&tab.lock);
 	for (struct rtask *r = tab.head; r != NULL; r = r->next)
-		if (r->handle != NULL)
-			rok_task_cancel(r->handle);
+		if (r->state == RT_QUEUED || r->state == RT_RUNNING)
+			tasktab_cancel_one(r);
 	pthread_mutex_unlock(&tab.lock);
 }

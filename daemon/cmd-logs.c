@@ -1,0 +1,272 @@
+/*
+ * cmd-logs.c — `logs [-f] ID`: streams a task's captured output to a
+ * client, pushed as it is written.  Reactor thread.
+ *
+ * A follower is one logs request in progress: a connection, the request
+ * id, the task, and how far into the task's output file it has sent.  It
+ * is the one request answered by several Responses (rok.proto,
+ * LogsRequest): LogsReply chunks while there is output, then one final
+ * LogsReply with end set (without follow: at the end of the file; with
+ * follow: once the task has ended and everything it wrote was sent).  The
+ * stream counts as one request in flight (conn_begin_wait) from start to
+ * end; the final reply goes through reply_post, which ends that wait.
+ *
+ * Flow control: a follower sends only while its connection has less than
+ * LOGS_HIGH bytes queued, and resumes when conn.c reports the output
+ * drained (logs_conn_writable).  So a client that does not read holds at
+ * most LOGS_HIGH + one reply of memory per stream, and streams never trip
+ * conn.c's max_output.
+ *
+ * Wake-ups: an exec task that appends output, and every task that ends,
+ * calls logs_notify(id).  It is one atomic load when nobody follows
+ * anything; otherwise it queues logs_wake_cb on the reactor, which pumps
+ * the task's followers.  The order that makes this race-free: the task
+ * writes (or marks itself finished) and then loads `nfollowers`; a new
+ * follower increments `nfollowers` and then reads the file and the task's
+ * state.  Both sequentially consistent: either the task sees the follower
+ * and wakes it, or the follower sees what the task did.
+ *
+ * The file is read on the reactor thread (pread of the page cache, at most
+ * LOGS_BATCH bytes per reply); records cut short at the end of the file
+ * (being written) are left for the next pump.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "exec.h"
+#include "reactor.h"
+#include "rokd.h"
+
+#define LOGS_HIGH (256u << 10)       /* queued bytes before pausing */
+#define LOGS_BATCH (EXEC_REC_MAX + EXEC_REC_HDR)
+#define LOGS_CHUNKS 64               /* records per reply, at most */
+
+struct follower {
+	struct conn *conn;
+	uint64_t req_id, task_id;
+	bool follow;
+	bool dead;                   /* its connection closed */
+	int fd;                      /* the output file; -1: not open yet */
+	off_t off;                   /* next record to send */
+	struct follower *prev, *next;
+};
+
+static struct {
+	struct follower *head;
+	_Atomic unsigned n;          /* followers, read by any thread */
+} logs;
+
+void logs_notify(uint64_t id);
+
+static void logs_remove(struct follower *f)
+{
+	if (f->prev != NULL)
+		f->prev->next = f->next;
+	else
+		logs.head = f->next;
+	if (f->next != NULL)
+		f->next->prev = f->prev;
+	atomic_fetch_sub(&logs.n, 1);
+	if (f->fd >= 0)
+		close(f->fd);
+	free(f);
+}
+
+/* Sends the last reply (ending the wait) and forgets f. */
+static void logs_end(struct follower *f)
+{
+	Response resp = ROK__V1__RESPONSE__INIT;
+	Rok__V1__LogsReply lr = ROK__V1__LOGS_REPLY__INIT;
+	TaskInfo info;
+
+	tasktab_info(f->task_id, conn_uid(f->conn), &info);
+	lr.end = true;
+	lr.task = &info;
+	resp.id = f->req_id;
+	resp.body_case = ROK__V1__RESPONSE__BODY_LOGS;
+	resp.logs = &lr;
+	reply_post(f->conn, &resp);   /* delivered after every chunk sent */
+	tasktab_info_free(&info);
+	logs_remove(f);
+}
+
+/*
+ * Sends one reply of whole records from the file: 1 if it sent one, 0 at
+ * the end of what is there, -1 if the file is unreadable.
+ */
+static int logs_send_batch(struct follower *f)
+{
+	static uint8_t buf[LOGS_BATCH * 2];
+	Rok__V1__LogChunk chunks[LOGS_CHUNKS], *ptrs[LOGS_CHUNKS];
+	size_t n = 0, at = 0;
+
+	if (f->fd < 0) {
+		char path[4096];
+		exec_output_path(f->task_id, path, sizeof(path));
+		f->fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (f->fd < 0)
+			return errno == ENOENT ? 0 : -1;
+	}
+	ssize_t got = pread(f->fd, buf, sizeof(buf), f->off);
+	if (got < 0)
+		return -1;
+	while (n < LOGS_CHUNKS && (size_t)got - at >= EXEC_REC_HDR) {
+		const uint8_t *h = buf + at;
+		size_t len = (size_t)h[1] << 24 | (size_t)h[2] << 16 |
+		             (size_t)h[3] << 8 | h[4];
+		if (len > EXEC_REC_MAX || (h[0] != EXEC_STDOUT &&
+		                           h[0] != EXEC_STDERR))
+			return -1;   /* not a file we wrote */
+		if ((size_t)got - at - EXEC_REC_HDR < len)
+			break;       /* being written, or past this batch */
+		rok__v1__log_chunk__init(&chunks[n]);
+		chunks[n].stream = h[0];
+		chunks[n].data.data = (uint8_t *)h + EXEC_REC_HDR;
+		chunks[n].data.len = len;
+		ptrs[n] = &chunks[n];
+		n++;
+		at += EXEC_REC_HDR + len;
+		if (at >= LOGS_BATCH)
+			break;       /* keep one reply under the frame limit */
+	}
+	if (n == 0)
+		return 0;
+	Response resp = ROK__V1__RESPONSE__INIT;
+	Rok__V1__LogsReply lr = ROK__V1__LOGS_REPLY__INIT;
+	lr.chunks = ptrs;
+	lr.n_chunks = n;
+	resp.id = f->req_id;
+	resp.body_case = ROK__V1__RESPONSE__BODY_LOGS;
+	resp.logs = &lr;
+	f->off += (off_t)at;
+	conn_send(f->conn, &resp);
+	return 1;
+}
+
+/* Sends what it can; ends f when it is done.  f may be freed. */
+static void logs_pump(struct follower *f)
+{
+	if (f->dead || conn_closed(f->conn)) {
+		logs_end(f);   /* reply_post on a closed conn only ends the wait */
+		return;
+	}
+	/* Looked at before reading: a task that has ended wrote everything. */
+	bool finished = tasktab_finished(f->task_id);
+	for (;;) {
+		if (conn_output_len(f->conn) >= LOGS_HIGH)
+			return;   /* logs_conn_writable resumes */
+		int rc = logs_send_batch(f);
+		if (conn_closed(f->conn)) {
+			logs_end(f);
+			return;
+		}
+		if (rc < 0) {
+			log_warnx("task %llu: its output file is unreadable",
+			          (unsigned long long)f->task_id);
+			logs_end(f);
+			return;
+		}
+		if (rc == 0)
+			break;
+	}
+	if (finished || !f->follow)
+		logs_end(f);
+}
+
+static void logs_wake_cb(void *arg)
+{
+	uint64_t id = (uint64_t)(uintptr_t)arg;
+
+	for (struct follower *f = logs.head, *next; f != NULL; f = next) {
+		next = f->next;   /* logs_pump frees only f */
+		if (f->task_id == id)
+			logs_pump(f);
+	}
+}
+
+void logs_notify(uint64_t id)
+{
+	/* Pairs with the increment in cmd_logs (both seq_cst). */
+	if (atomic_load(&logs.n) == 0)
+		return;
+	if (sizeof(uintptr_t) < sizeof(uint64_t))
+		return;   /* not on the platforms rokd runs on */
+	int err = reactor_call(logs_wake_cb, (void *)(uintptr_t)id);
+	if (err < 0 && err != -ESHUTDOWN)
+		log_errno(err, "could not wake the followers of task %llu",
+		          (unsigned long long)id);
+}
+
+void logs_conn_writable(struct conn *c)
+{
+	for (struct follower *f = logs.head, *next; f != NULL; f = next) {
+		next = f->next;
+		if (f->conn == c)
+			logs_pump(f);
+	}
+}
+
+static void logs_sweep_cb(void *arg)
+{
+	(void)arg;
+	for (struct follower *f = logs.head, *next; f != NULL; f = next) {
+		next = f->next;
+		if (f->dead)
+			logs_end(f);
+	}
+}
+
+void logs_conn_closed(struct conn *c)
+{
+	bool any = false;
+
+	/* Only marked here: the caller may be inside logs_pump. */
+	for (struct follower *f = logs.head; f != NULL; f = f->next) {
+		if (f->conn == c && !f->dead) {
+			f->dead = true;
+			any = true;
+		}
+	}
+	if (any && reactor_call(logs_sweep_cb, NULL) < 0)
+		log_warnx("could not end the output streams of a closed "
+		          "connection");
+}
+
+void cmd_logs(struct conn *c, const Request *req)
+{
+	const Rok__V1__LogsRequest *lr = req->logs;
+	TaskInfo info;
+
+	tasktab_info(lr->task_id, conn_uid(c), &info);
+	if (info.error != NULL) {
+		conn_send_error(c, req->id, info.error->code, "%.*s",
+		                (int)info.error->message.len,
+		                (const char *)info.error->message.data);
+		tasktab_info_free(&info);
+		return;
+	}
+	tasktab_info_free(&info);
+	if (!conn_begin_wait(c, req->id))
+		return;   /* answered: too many requests in flight */
+	struct follower *f = calloc(1, sizeof(*f));
+	if (f == NULL) {
+		reply_post_error(c, req->id, ROK__V1__ERROR_CODE__INTERNAL,
+		                 "out of memory");
+		return;
+	}
+	f->conn = c;
+	f->req_id = req->id;
+	f->task_id = lr->task_id;
+	f->follow = lr->follow;
+	f->fd = -1;
+	f->next = logs.head;
+	if (logs.head != NULL)
+		logs.head->prev = f;
+	logs.head = f;
+	atomic_fetch_add(&logs.n, 1);   /* before reading: see the top */
+	logs_pump(f);
+}

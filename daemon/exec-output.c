@@ -1,0 +1,142 @@
+/*
+ * exec-output.c — the capture file of an exec task's output.
+ *
+ * One file per task, <state_dir>/output/<ID>.log (the path is agreed with
+ * the journal, which removes it when it prunes the task).  It is created on
+ * the first byte of output, so a task that writes nothing costs no file
+ * (most `true`-like tasks), mode 0600, owned by rokd: clients read it
+ * through the socket (`rokctl logs`), with the usual per-uid check.
+ *
+ * Format: a sequence of records, each a 1-byte stream (1 stdout, 2 stderr),
+ * a 4-byte big-endian length, then that many bytes (at most EXEC_REC_MAX).
+ * One file with records rather than one file per stream because the order
+ * between the two streams is part of the output: `rokctl logs` replays the
+ * records in order, each to the right stream, so a compiler's errors stay
+ * next to the lines they interrupt; one file per stream would lose that and
+ * cost two creations per task.  A reader may find a record cut short at the
+ * end while the task writes; it reads only whole records (cmd-logs.c).
+ *
+ * The cap (config.max_task_output) counts data bytes.  Past it the task's
+ * pipes are still drained (the child never blocks on a full pipe) but the
+ * bytes are dropped and the task records output_truncated.
+ *
+ * Only the exec task that owns an exec_out touches it (one worker at a
+ * time); writes go to the page cache, never fsync'd.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "exec.h"
+#include "rokd.h"
+
+int exec_output_init(void)
+{
+	char path[4096];
+
+	if (snprintf(path, sizeof(path), "%s/output", config.state_dir) >=
+	    (int)sizeof(path))
+		return -ENAMETOOLONG;
+	if (mkdir(path, 0700) != 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+void exec_output_path(uint64_t id, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/output/%llu.log", config.state_dir,
+	         (unsigned long long)id);
+}
+
+void exec_out_init(struct exec_out *o, uint64_t id, uint64_t cap)
+{
+	o->id = id;
+	o->fd = -1;
+	o->kept = 0;
+	o->cap = cap;
+	o->truncated = false;
+	o->err = 0;
+}
+
+/* Writes all of iov or fails: 0 or -errno. */
+static int exec_out_writev(int fd, struct iovec *iov, int n)
+{
+	while (n > 0) {
+		ssize_t w = writev(fd, iov, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (char *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
+void exec_out_append(struct exec_out *o, int stream, const uint8_t *buf,
+                     size_t n)
+{
+	if (n == 0)
+		return;
+	uint64_t room = o->cap - o->kept;
+	if (n > room) {
+		o->truncated = true;
+		n = (size_t)room;
+	}
+	if (n == 0 || o->err != 0)
+		return;
+	if (o->fd < 0) {
+		char path[4096];
+		exec_output_path(o->id, path, sizeof(path));
+		o->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+		             0600);
+		if (o->fd < 0) {
+			o->err = -errno;
+			log_errno(-o->err, "task %llu: cannot keep its output: "
+			          "%s", (unsigned long long)o->id, path);
+			o->truncated = true;
+			return;
+		}
+	}
+	while (n > 0) {
+		size_t k = n > EXEC_REC_MAX ? EXEC_REC_MAX : n;
+		uint8_t hdr[EXEC_REC_HDR] = {
+			(uint8_t)stream, (uint8_t)(k >> 24), (uint8_t)(k >> 16),
+			(uint8_t)(k >> 8), (uint8_t)k,
+		};
+		struct iovec iov[2] = {
+			{ hdr, sizeof(hdr) },
+			{ (void *)(uintptr_t)buf, k },
+		};
+		int err = exec_out_writev(o->fd, iov, 2);
+		if (err < 0) {
+			o->err = err;
+			o->truncated = true;
+			log_errno(-err, "task %llu: writing its output",
+			          (unsigned long long)o->id);
+			return;
+		}
+		o->kept += k;
+		buf += k;
+		n -= k;
+	}
+	logs_notify(o->id);
+}
+
+void exec_out_done(struct exec_out *o)
+{
+	if (o->fd >= 0)
+		close(o->fd);
+	o->fd = -1;
+}

@@ -1,0 +1,307 @@
+/*
+ * exec-spawn.c — starting an exec task's child: who it runs as, and the
+ * vfork + execve itself.
+ *
+ * glibc's posix_spawn cannot change uids or groups, so children start with
+ * vfork().  The child shares rokd's memory until it execs, and rokd has
+ * other threads running, so the child makes raw system calls only: no
+ * malloc, no locks, no glibc wrapper that touches process-wide state.  In
+ * particular setgroups/setresgid/setresuid are syscall(SYS_...) and not the
+ * glibc functions, which broadcast the change to every thread of the
+ * process (they would reach rokd's threads through the shared memory).
+ * Signal dispositions and the mask go through the raw rt_sig* calls too, and
+ * the child leaves with exit_group, not _exit (which sanitizers intercept).
+ *
+ * The parent blocks every signal around vfork() so that no handler runs in
+ * the child on the parent's stack; the child resets the dispositions rokd
+ * ignores (SIGPIPE) and unblocks everything just before execve.  Order in
+ * the child: reset signals, own process group, the three fds, close
+ * everything else (every rokd fd is close-on-exec anyway: close_range is a
+ * backstop), drop to the submitter (setgroups, setresgid, setresuid), chdir
+ * (with the submitter's rights), PR_SET_PDEATHSIG (after the credential
+ * change, which clears it), check that the parent is still rokd, execve for
+ * each PATH candidate.  A step that fails stores its errno and its name in
+ * memory the parent sees (vfork shares it) and exits 127; the parent reaps
+ * that child and returns the error, so a typo in a command is a failed task
+ * with a reason, not a daemon error.
+ *
+ * PR_SET_PDEATHSIG fires when the *thread* that forked exits, so exec_spawn
+ * runs on a worker thread (they live as long as the runtime), never on a
+ * blocking-pool thread (which exits when idle).
+ *
+ * The user database (getpwuid_r, getgrouplist) is read before forking, on
+ * the worker: with /etc files that is a few hundred microseconds, and a
+ * small cache (uid → account, 10 s) makes it rare; a slow NSS backend would
+ * stall one worker, which the runtime's blocking detection then hands off.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "exec.h"
+#include "rokd.h"
+
+static struct {
+	int devnull;
+	int ignored[64];            /* signals rokd ignores: reset in children */
+	int nignored;
+} spawn = { .devnull = -1 };
+
+int exec_spawn_init(void)
+{
+	spawn.devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (spawn.devnull < 0)
+		return -errno;
+	spawn.nignored = 0;
+	for (int sig = 1; sig < 65 && spawn.nignored < 64; sig++) {
+		struct sigaction sa;
+		if (sig == SIGKILL || sig == SIGSTOP)
+			continue;
+		if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
+			spawn.ignored[spawn.nignored++] = sig;
+	}
+	return 0;
+}
+
+int exec_devnull(void)
+{
+	return spawn.devnull;
+}
+
+/* ---- the user database -------------------------------------------------- */
+
+#define USER_CACHE 16
+#define USER_TTL_NS 10000000000ll
+
+static struct {
+	pthread_mutex_t lock;
+	struct {
+		struct exec_user u;
+		int64_t at;             /* 0: empty */
+	} e[USER_CACHE];
+	unsigned next;
+} users = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+void exec_user_done(struct exec_user *u)
+{
+	free(u->groups);
+	free(u->name);
+	free(u->home);
+	free(u->shell);
+	memset(u, 0, sizeof(*u));
+}
+
+/* Deep copy; 0 or -ENOMEM (then *to is empty). */
+static int exec_user_copy(struct exec_user *to, const struct exec_user *from)
+{
+	memset(to, 0, sizeof(*to));
+	to->uid = from->uid;
+	to->gid = from->gid;
+	to->ngroups = from->ngroups;
+	to->groups = malloc((from->ngroups + 1) * sizeof(gid_t));
+	to->name = strdup(from->name);
+	to->home = strdup(from->home);
+	to->shell = strdup(from->shell);
+	if (to->groups == NULL || to->name == NULL || to->home == NULL ||
+	    to->shell == NULL) {
+		exec_user_done(to);
+		return -ENOMEM;
+	}
+	memcpy(to->groups, from->groups, from->ngroups * sizeof(gid_t));
+	return 0;
+}
+
+static int exec_user_lookup(uid_t uid, struct exec_user *u)
+{
+	struct passwd pw, *res = NULL;
+	char buf[4096];
+	int n = 32, err;
+
+	memset(u, 0, sizeof(*u));
+	err = getpwuid_r(uid, &pw, buf, sizeof(buf), &res);
+	if (err != 0)
+		return -err;
+	if (res == NULL)
+		return -ENOENT;
+	u->uid = uid;
+	u->gid = pw.pw_gid;
+	for (;;) {
+		gid_t *g = realloc(u->groups, (size_t)n * sizeof(gid_t));
+		if (g == NULL) {
+			exec_user_done(u);
+			return -ENOMEM;
+		}
+		u->groups = g;
+		int want = n;
+		if (getgrouplist(pw.pw_name, pw.pw_gid, g, &want) >= 0) {
+			u->ngroups = (size_t)want;
+			break;
+		}
+		if (want <= n || want > 65536) {
+			exec_user_done(u);
+			return -E2BIG;
+		}
+		n = want;
+	}
+	u->name = strdup(pw.pw_name);
+	u->home = strdup(pw.pw_dir != NULL ? pw.pw_dir : "/");
+	u->shell = strdup(pw.pw_shell != NULL && pw.pw_shell[0] != '\0'
+	                  ? pw.pw_shell : "/bin/sh");
+	if (u->name == NULL || u->home == NULL || u->shell == NULL) {
+		exec_user_done(u);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int exec_user_get(uid_t uid, struct exec_user *u)
+{
+	int64_t now = rok_now();
+	int err;
+
+	pthread_mutex_lock(&users.lock);
+	for (unsigned i = 0; i < USER_CACHE; i++) {
+		if (users.e[i].at != 0 && users.e[i].u.uid == uid &&
+		    now - users.e[i].at < USER_TTL_NS) {
+			err = exec_user_copy(u, &users.e[i].u);
+			pthread_mutex_unlock(&users.lock);
+			return err;
+		}
+	}
+	pthread_mutex_unlock(&users.lock);
+	/* Looked up without the lock: NSS may be slow. */
+	err = exec_user_lookup(uid, u);
+	if (err < 0)
+		return err;
+	struct exec_user copy;
+	if (exec_user_copy(&copy, u) == 0) {
+		pthread_mutex_lock(&users.lock);
+		unsigned i = users.next++ % USER_CACHE;
+		exec_user_done(&users.e[i].u);
+		users.e[i].u = copy;
+		users.e[i].at = now;
+		pthread_mutex_unlock(&users.lock);
+	}
+	return 0;
+}
+
+/* ---- the child ---------------------------------------------------------- */
+
+/* Written by the child, read by the parent after vfork returns. */
+struct exec_fail {
+	int err;
+	const char *step;
+};
+
+/* The kernel's sigaction, for the raw rt_sigaction call. */
+struct exec_ksigaction {
+	void *handler;
+	unsigned long flags;
+	void *restorer;
+	uint64_t mask;
+};
+
+static _Noreturn void exec_child_fail(volatile struct exec_fail *fail,
+                                      const char *step, long rc)
+{
+	fail->err = rc < 0 ? (int)-rc : errno;
+	fail->step = step;
+	syscall(SYS_exit_group, 127);
+	for (;;)
+		;
+}
+
+/* Runs in the vfork child: raw system calls only (see the top). */
+static _Noreturn void exec_child(const struct exec_start *s, pid_t parent,
+                                 volatile struct exec_fail *fail)
+{
+	struct exec_ksigaction dfl = { 0 };
+	uint64_t none = 0;
+	long rc;
+
+	for (int i = 0; i < spawn.nignored; i++)
+		syscall(SYS_rt_sigaction, spawn.ignored[i], &dfl, NULL,
+		        sizeof(uint64_t));
+	if (syscall(SYS_setpgid, 0, 0) != 0)
+		exec_child_fail(fail, "setpgid", 0);
+	for (int i = 0; i < 3; i++) {
+		/* dup3 refuses old == new; the fds are never 0-2 here (rokd
+		 * keeps its own 0-2 open), but be safe: clear CLOEXEC then. */
+		if (s->fds[i] == i)
+			rc = syscall(SYS_fcntl, i, F_SETFD, 0);
+		else
+			rc = syscall(SYS_dup3, s->fds[i], i, 0);
+		if (rc < 0)
+			exec_child_fail(fail, "dup2", 0);
+	}
+	(void)syscall(SYS_close_range, 3u, ~0u, 0u);
+	if (s->change_creds) {
+		if (syscall(SYS_setgroups, s->ngroups, s->groups) != 0)
+			exec_child_fail(fail, "setgroups", 0);
+		if (syscall(SYS_setresgid, s->gid, s->gid, s->gid) != 0)
+			exec_child_fail(fail, "setresgid", 0);
+		if (syscall(SYS_setresuid, s->uid, s->uid, s->uid) != 0)
+			exec_child_fail(fail, "setresuid", 0);
+	}
+	if (s->cwd != NULL && syscall(SYS_chdir, s->cwd) != 0)
+		exec_child_fail(fail, "chdir", 0);
+	if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
+		exec_child_fail(fail, "prctl", 0);
+	if (syscall(SYS_getppid) != parent)
+		exec_child_fail(fail, "getppid", -ESRCH);
+	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(none));
+	/* execvp's rules: the first candidate that is not missing wins;
+	 * EACCES is reported if nothing ran and some candidate had it. */
+	int err = ENOENT;
+	for (size_t i = 0; s->paths[i] != NULL; i++) {
+		syscall(SYS_execve, s->paths[i], s->argv, s->envp);
+		if (errno == EACCES)
+			err = EACCES;
+		else if (errno != ENOENT && errno != ENOTDIR) {
+			err = errno;
+			break;
+		}
+	}
+	/* Signals are blocked again so the failure path is like the rest. */
+	exec_child_fail(fail, "exec", -err);
+}
+
+pid_t exec_spawn(const struct exec_start *s, const char **step)
+{
+	sigset_t all, old;
+	volatile struct exec_fail fail = { 0, NULL };
+	int err;
+
+	*step = "fork";
+	sigfillset(&all);
+	if ((err = pthread_sigmask(SIG_SETMASK, &all, &old)) != 0)
+		return -err;
+	pid_t parent = getpid();
+	pid_t pid = vfork();
+	if (pid == 0)
+		exec_child(s, parent, &fail);
+	int fork_err = errno;
+	(void)pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (pid < 0)
+		return -fork_err;
+	if (fail.step != NULL) {
+		/* It exited before exec: reap it here, it is ours alone. */
+		siginfo_t si;
+		while (waitid(P_PID, (id_t)pid, &si, WEXITED) != 0 &&
+		       errno == EINTR)
+			;
+		*step = fail.step;
+		return -(fail.err != 0 ? fail.err : EIO);
+	}
+	return pid;
+}

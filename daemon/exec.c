@@ -1,0 +1,717 @@
+/*
+ * exec.c — the exec kind: a task that runs a command as a supervised child
+ * process.
+ *
+ * One runtime task per exec task, and no thread: the task's body starts
+ * the child (exec-spawn.c), then waits in one loop on everything at once —
+ * the child's pidfd, its stdout and stderr pipes, the stdin pipe while
+ * bytes remain to be fed, a timer (the task's timeout, then the kill
+ * grace), and a oneshot that the cancel hook fires — by polling each
+ * awaitable in turn in the same poll (exec_wait), so that any of them wakes
+ * the task.  All fds are non-blocking and awaited through the reactor.
+ *
+ * Exactly one reaper: the child is reaped by this task with
+ * waitid(P_PIDFD), nowhere else (rokd has no SIGCHLD handler and leaves
+ * SIGCHLD at its default), so the pid cannot be reused while the task holds
+ * the pidfd, and every kill(-pgid) below happens while the leader is at
+ * most a zombie, so the group id still names our group.
+ *
+ * Cancel and timeout.  A cancel of a running exec task does not cancel the
+ * runtime task (whose cleanup may not wait): tasktab calls exec_cancel,
+ * which sets a flag and fires the oneshot.  The body then sends SIGTERM to
+ * the process group, SIGKILL after the grace (TaskSpec.kill_grace_ms, else
+ * config kill_grace), reaps, and only then ends, as cancelled or timed_out.
+ * The kind enforces its timeout itself the same way (own_timeout).  A task
+ * cancelled before its child started never starts one.  A runtime-level
+ * cancel (daemon stop, a select or race that cancels its losers) cannot
+ * wait: the cleanup section sends SIGKILL to the group and reaps at once.
+ *
+ * When the leader exits, whatever is left of its process group is killed
+ * (SIGKILL, before the leader is reaped), as systemd does for a unit's
+ * control group: a task is its process group, and a background process
+ * holding the output pipe would otherwise keep the task running forever.
+ * What is still in the pipes is then read, and the task ends.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "exec.h"
+#include "rok/io.h"
+#include "rokd.h"
+
+#define EXEC_DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin"
+
+enum { EXEC_RUN, EXEC_TERM, EXEC_KILL };
+
+struct exec_job {
+	struct rtask *rec;
+	uint64_t id;
+	uid_t uid;
+	/* The spec, copied (NUL-terminated strings). */
+	char **argv;
+	char **env;
+	size_t nenv;
+	char *cwd;                  /* NULL: rokd's */
+	uint8_t *in;
+	size_t in_len, in_off;
+	bool clean_env;
+	int64_t timeout_ns, grace_ns;
+	/* The child. */
+	pid_t pid;                  /* 0: none */
+	int pidfd;
+	int outfd[2];               /* our ends of stdout, stderr; -1: closed */
+	int infd;                   /* our end of stdin; -1: none/closed */
+	bool reaped;
+	siginfo_t si;
+	/* Waits. */
+	rok_io_op io_pid, io_out[2], io_in;
+	rok_sleep_op to_sleep, grace_sleep;
+	bool to_armed, grace_armed;
+	int64_t to_deadline, grace_deadline;
+	rok_oneshot *wake;
+	rok_chan_op wake_op;
+	bool woken;
+	_Atomic bool cancel_req;    /* set by exec_cancel (any thread) */
+	/* How it went. */
+	int phase;
+	int end_how;                /* RT_SUCCEEDED, RT_CANCELLED, RT_TIMED_OUT */
+	bool start_failed;
+	char reason[160];
+	struct exec_out out;
+};
+
+struct exec_frame {
+	struct exec_job *job;       /* owned; freed by exec_finish */
+};
+
+int exec_init(void)
+{
+	int err = exec_output_init();
+
+	return err < 0 ? err : exec_spawn_init();
+}
+
+/* ---- spec check and copy (reactor thread) -------------------------------- */
+
+static bool exec_has_nul(const ProtobufCBinaryData *b)
+{
+	return b->len > 0 && memchr(b->data, 0, b->len) != NULL;
+}
+
+static int exec_check(const TaskSpec *spec, char *err, size_t len)
+{
+	if (spec->n_args == 0 || spec->args[0].len == 0) {
+		snprintf(err, len, "exec: a command is required");
+		return -1;
+	}
+	for (size_t i = 0; i < spec->n_args; i++) {
+		if (exec_has_nul(&spec->args[i])) {
+			snprintf(err, len, "exec: argument %zu contains a NUL "
+			         "byte", i);
+			return -1;
+		}
+	}
+	for (size_t i = 0; i < spec->n_env; i++) {
+		const ProtobufCBinaryData *e = &spec->env[i];
+		if (exec_has_nul(e) || e->len == 0 || e->data[0] == '=' ||
+		    memchr(e->data, '=', e->len) == NULL) {
+			snprintf(err, len, "exec: environment entry %zu is not "
+			         "NAME=value", i);
+			return -1;
+		}
+	}
+	if (spec->cwd.len > 0 &&
+	    (exec_has_nul(&spec->cwd) || spec->cwd.data[0] != '/')) {
+		snprintf(err, len, "exec: the working directory must be an "
+		         "absolute path");
+		return -1;
+	}
+	return 0;
+}
+
+static char *exec_strndup(const ProtobufCBinaryData *b)
+{
+	char *s = malloc(b->len + 1);
+
+	if (s != NULL) {
+		if (b->len > 0)
+			memcpy(s, b->data, b->len);
+		s[b->len] = '\0';
+	}
+	return s;
+}
+
+/* n strings, NULL-terminated, each its own allocation: NULL on ENOMEM. */
+static char **exec_strv(const ProtobufCBinaryData *v, size_t n)
+{
+	char **a = calloc(n + 1, sizeof(*a));
+
+	for (size_t i = 0; a != NULL && i < n; i++) {
+		if ((a[i] = exec_strndup(&v[i])) == NULL) {
+			while (i-- > 0)
+				free(a[i]);
+			free(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
+static void exec_strv_free(char **a)
+{
+	for (size_t i = 0; a != NULL && a[i] != NULL; i++)
+		free(a[i]);
+	free(a);
+}
+
+static void exec_job_free(struct exec_job *j)
+{
+	if (j == NULL)
+		return;
+	exec_strv_free(j->argv);
+	exec_strv_free(j->env);
+	free(j->cwd);
+	free(j->in);
+	free(j);
+}
+
+static void exec_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
+{
+	struct exec_frame *f = frame;
+	struct exec_job *j = calloc(1, sizeof(*j));
+
+	f->job = NULL;
+	if (j == NULL)
+		return;
+	j->rec = r;
+	j->id = tasktab_id(r);
+	j->uid = tasktab_uid(r);
+	j->pidfd = j->infd = -1;
+	j->outfd[0] = j->outfd[1] = -1;
+	j->argv = exec_strv(spec->args, spec->n_args);
+	j->env = exec_strv(spec->env, spec->n_env);
+	j->nenv = spec->n_env;
+	j->clean_env = spec->clean_env;
+	if (spec->cwd.len > 0)
+		j->cwd = exec_strndup(&spec->cwd);
+	if (spec->stdin.len > 0 && (j->in = malloc(spec->stdin.len)) != NULL) {
+		memcpy(j->in, spec->stdin.data, spec->stdin.len);
+		j->in_len = spec->stdin.len;
+	}
+	j->timeout_ns = spec->timeout_ms > (uint64_t)INT64_MAX / 1000000
+	                ? INT64_MAX : (int64_t)spec->timeout_ms * 1000000;
+	uint64_t grace = spec->kill_grace_ms != 0 ? spec->kill_grace_ms
+	                                          : config.kill_grace_ms;
+	j->grace_ns = grace > (uint64_t)INT64_MAX / 1000000
+	              ? INT64_MAX : (int64_t)grace * 1000000;
+	j->end_how = RT_SUCCEEDED;
+	atomic_init(&j->cancel_req, false);
+	exec_out_init(&j->out, j->id, config.max_task_output);
+	if (j->argv == NULL || j->env == NULL ||
+	    (spec->cwd.len > 0 && j->cwd == NULL) ||
+	    (spec->stdin.len > 0 && j->in == NULL)) {
+		exec_job_free(j);
+		return;
+	}
+	f->job = j;
+}
+
+/* ---- starting the child (worker) ----------------------------------------- */
+
+/* Finds NAME= in a NULL-terminated env: the value, or NULL. */
+static const char *exec_getenv(char *const *env, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (size_t i = 0; env[i] != NULL; i++)
+		if (strncmp(env[i], name, n) == 0 && env[i][n] == '=')
+			return env[i] + n + 1;
+	return NULL;
+}
+
+/*
+ * --clean-env: PATH, HOME, USER, LOGNAME, SHELL of the user the child runs
+ * as, then the spec's entries (which win).  Builds a new env into j->env.
+ */
+static int exec_clean_env(struct exec_job *j, const struct exec_user *u)
+{
+	size_t n = j->nenv + 5, k = 0;
+	char **env = calloc(n + 1, sizeof(*env));
+
+	if (env == NULL)
+		return -ENOMEM;
+	const char *const base[][2] = {
+		{ "PATH", EXEC_DEFAULT_PATH },
+		{ "HOME", u != NULL ? u->home : NULL },
+		{ "USER", u != NULL ? u->name : NULL },
+		{ "LOGNAME", u != NULL ? u->name : NULL },
+		{ "SHELL", u != NULL ? u->shell : NULL },
+	};
+	for (size_t i = 0; i < 5; i++) {
+		if (base[i][1] == NULL || exec_getenv(j->env, base[i][0]) != NULL)
+			continue;
+		size_t len = strlen(base[i][0]) + strlen(base[i][1]) + 2;
+		if ((env[k] = malloc(len)) == NULL) {
+			exec_strv_free(env);
+			return -ENOMEM;
+		}
+		snprintf(env[k++], len, "%s=%s", base[i][0], base[i][1]);
+	}
+	for (size_t i = 0; i < j->nenv; i++) {
+		env[k++] = j->env[i];
+		j->env[i] = NULL;
+	}
+	free(j->env);
+	j->env = env;
+	j->nenv = k;
+	return 0;
+}
+
+/* The candidates execve tries for argv[0], NULL-terminated, in one
+ * allocation (free() it). */
+static char **exec_paths(const char *prog, const char *path)
+{
+	if (strchr(prog, '/') != NULL)
+		path = NULL;
+	size_t n = 1, bytes = strlen(prog) + 1;
+	if (path != NULL) {
+		n = 1;
+		for (const char *p = path; *p != '\0'; p++)
+			n += *p == ':';
+		bytes = strlen(path) + n * (strlen(prog) + 3);
+	}
+	char **v = malloc((n + 1) * sizeof(*v) + bytes);
+	if (v == NULL)
+		return NULL;
+	char *s = (char *)(v + n + 1);
+	if (path == NULL) {
+		v[0] = strcpy(s, prog);
+		v[1] = NULL;
+		return v;
+	}
+	size_t k = 0;
+	for (const char *p = path;; ) {
+		const char *e = strchrnul(p, ':');
+		size_t dl = (size_t)(e - p);
+		v[k++] = s;
+		if (dl == 0)   /* an empty element is the current directory */
+			s += sprintf(s, "%s", prog) + 1;
+		else
+			s += sprintf(s, "%.*s/%s", (int)dl, p, prog) + 1;
+		if (*e == '\0')
+			break;
+		p = e + 1;
+	}
+	v[k] = NULL;
+	return v;
+}
+
+/* Our end non-blocking, the child's blocking; both close-on-exec. */
+static int exec_pipe(int fds[2], int ours)
+{
+	if (pipe2(fds, O_CLOEXEC) != 0)
+		return -errno;
+	int fl = fcntl(fds[ours], F_GETFL);
+	if (fl < 0 || fcntl(fds[ours], F_SETFL, fl | O_NONBLOCK) != 0) {
+		int err = -errno;
+		close(fds[0]);
+		close(fds[1]);
+		return err;
+	}
+	return 0;
+}
+
+static void exec_fail(struct exec_job *j, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void exec_fail(struct exec_job *j, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(j->reason, sizeof(j->reason), fmt, ap);
+	va_end(ap);
+	j->start_failed = true;
+}
+
+/* Starts the child: 0, or -1 with the reason in j (a failed task). */
+static int exec_start(struct exec_job *j)
+{
+	struct exec_user u = { 0 };
+	bool have_user = false;
+	int child[3] = { -1, -1, -1 };
+	int p[2], err;
+	char **paths = NULL;
+	int rc = -1;
+
+	bool change = config.root && j->uid != 0;
+	if (change || j->clean_env) {
+		err = exec_user_get(j->uid, &u);
+		if (err == 0)
+			have_user = true;
+		else if (change || err != -ENOENT) {
+			if (err == -ENOENT)
+				exec_fail(j, "uid %u has no entry in the user "
+				          "database", (unsigned)j->uid);
+			else
+				exec_fail(j, "looking up uid %u: %s",
+				          (unsigned)j->uid, strerror(-err));
+			goto out;
+		}
+	}
+	if (j->clean_env && exec_clean_env(j, have_user ? &u : NULL) < 0) {
+		exec_fail(j, "out of memory");
+		goto out;
+	}
+	const char *path = exec_getenv(j->env, "PATH");
+	if ((paths = exec_paths(j->argv[0],
+	                        path != NULL ? path : EXEC_DEFAULT_PATH)) == NULL) {
+		exec_fail(j, "out of memory");
+		goto out;
+	}
+	child[0] = exec_devnull();
+	if (j->in_len > 0) {
+		if ((err = exec_pipe(p, 1)) < 0) {
+			exec_fail(j, "pipe: %s", strerror(-err));
+			goto out;
+		}
+		child[0] = p[0];
+		j->infd = p[1];
+	}
+	for (int i = 0; i < 2; i++) {
+		if ((err = exec_pipe(p, 0)) < 0) {
+			exec_fail(j, "pipe: %s", strerror(-err));
+			goto out;
+		}
+		j->outfd[i] = p[0];
+		child[i + 1] = p[1];
+	}
+	struct exec_start s = {
+		.argv = j->argv,
+		.envp = j->env,
+		.paths = paths,
+		.cwd = j->cwd,
+		.fds = { child[0], child[1], child[2] },
+		.change_creds = change,
+		.uid = j->uid,
+		.gid = u.gid,
+		.ngroups = u.ngroups,
+		.groups = u.groups,
+	};
+	const char *step;
+	pid_t pid = exec_spawn(&s, &step);
+	if (pid < 0) {
+		if (strcmp(step, "exec") == 0)
+			exec_fail(j, "exec %s: %s", j->argv[0], strerror(-pid));
+		else if (strcmp(step, "chdir") == 0)
+			exec_fail(j, "chdir %s: %s", j->cwd, strerror(-pid));
+		else
+			exec_fail(j, "%s: %s", step, strerror(-pid));
+		goto out;
+	}
+	j->pid = pid;
+	j->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (j->pidfd < 0) {
+		/* Cannot supervise it: kill and reap it here. */
+		err = errno;
+		kill(-pid, SIGKILL);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		j->pid = 0;
+		exec_fail(j, "pidfd_open: %s", strerror(err));
+		goto out;
+	}
+	rc = 0;
+out:
+	if (child[0] >= 0 && child[0] != exec_devnull())
+		close(child[0]);
+	for (int i = 1; i < 3; i++)
+		if (child[i] >= 0)
+			close(child[i]);
+	free(paths);
+	exec_user_done(&u);
+	return rc;
+}
+
+/* ---- supervising (worker) ------------------------------------------------ */
+
+/* Closes one of our fds that may have been awaited with `op`: the wait is
+ * released first, then the reactor forgets the fd, then it is closed. */
+static void exec_close(rok_cx *cx, rok_io_op *op, int *fd, bool write)
+{
+	if (*fd < 0)
+		return;
+	bool was = cx->releasing;
+	cx->releasing = true;
+	(void)(write ? rok_writable(cx, op, *fd) : rok_readable(cx, op, *fd));
+	cx->releasing = was;
+	rok_io_forget(*fd);
+	close(*fd);
+	*fd = -1;
+}
+
+/*
+ * One await over every source of work at once: ready when any of them is.
+ * Each awaitable keeps its own registration, so all are polled on every
+ * poll (a pending one just stays linked); called with cx->releasing set
+ * (cancellation, or exec_release), each drops its registration.
+ */
+static rok_poll exec_wait(rok_cx *cx, struct exec_job *j)
+{
+	bool ready = false;
+
+	if (j->pidfd >= 0 && !j->reaped)
+		ready |= rok_readable(cx, &j->io_pid, j->pidfd) == ROK_READY;
+	for (int i = 0; i < 2; i++)
+		if (j->outfd[i] >= 0)
+			ready |= rok_readable(cx, &j->io_out[i], j->outfd[i]) ==
+			         ROK_READY;
+	if (j->infd >= 0)
+		ready |= rok_writable(cx, &j->io_in, j->infd) == ROK_READY;
+	if (j->wake != NULL && !j->woken) {
+		void *v;
+		int err;
+		if (rok_oneshot_recv(cx, &j->wake_op, j->wake, &v, &err) ==
+		    ROK_READY)
+			ready = j->woken = true;
+	}
+	if (j->to_armed &&
+	    rok_sleep_until(cx, &j->to_sleep, j->to_deadline) == ROK_READY) {
+		j->to_armed = false;
+		ready = true;
+	}
+	if (j->grace_armed &&
+	    rok_sleep_until(cx, &j->grace_sleep, j->grace_deadline) ==
+	    ROK_READY) {
+		j->grace_armed = false;
+		ready = true;
+	}
+	return ready && !cx->releasing ? ROK_READY : ROK_PENDING;
+}
+
+/* Drops every registration exec_wait still holds (before the body ends
+ * normally; a cancelled await drops them itself). */
+static void exec_release(rok_cx *cx, struct exec_job *j)
+{
+	bool was = cx->releasing;
+
+	cx->releasing = true;
+	(void)exec_wait(cx, j);
+	cx->releasing = was;
+	j->to_armed = j->grace_armed = false;
+	j->woken = true;
+}
+
+/* Reads what a pipe holds: until it would block, or its end. */
+static void exec_drain(rok_cx *cx, struct exec_job *j, int i)
+{
+	uint8_t buf[32768];
+
+	while (j->outfd[i] >= 0) {
+		ssize_t n = read(j->outfd[i], buf, sizeof(buf));
+		if (n > 0) {
+			exec_out_append(&j->out, i + 1, buf, (size_t)n);
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		exec_close(cx, &j->io_out[i], &j->outfd[i], false);
+	}
+}
+
+/* Feeds stdin bytes as far as the pipe takes them; closes it when done
+ * (or when the child closed its end: EPIPE is no error of the task). */
+static void exec_feed(rok_cx *cx, struct exec_job *j)
+{
+	while (j->infd >= 0 && j->in_off < j->in_len) {
+		ssize_t n = write(j->infd, j->in + j->in_off,
+		                  j->in_len - j->in_off);
+		if (n > 0) {
+			j->in_off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		break;   /* EPIPE or another error: stop feeding */
+	}
+	exec_close(cx, &j->io_in, &j->infd, true);
+}
+
+/* Starts the kill sequence (cancel, timeout): SIGTERM to the group now. */
+static void exec_terminate(struct exec_job *j, int how)
+{
+	j->end_how = how;
+	j->phase = EXEC_TERM;
+	(void)kill(-j->pid, SIGTERM);
+	j->grace_deadline = rok_now() + j->grace_ns;
+	if (j->grace_deadline < 0)
+		j->grace_deadline = INT64_MAX;
+	j->grace_armed = true;
+}
+
+/* Looks at the leader: reaps it once it has exited, after killing what is
+ * left of its group.  True once reaped. */
+static bool exec_reap(struct exec_job *j)
+{
+	siginfo_t si;
+
+	memset(&si, 0, sizeof(si));
+	if (waitid(P_PIDFD, (id_t)j->pidfd, &si,
+	           WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0)
+		return false;
+	/* The leader is a zombie: the group id cannot be reused yet. */
+	(void)kill(-j->pid, SIGKILL);
+	memset(&j->si, 0, sizeof(j->si));
+	while (waitid(P_PIDFD, (id_t)j->pidfd, &j->si, WEXITED) != 0) {
+		if (errno != EINTR) {
+			log_errno(errno, "task %llu: waitid",
+			          (unsigned long long)j->id);
+			break;
+		}
+	}
+	j->reaped = true;
+	return true;
+}
+
+/* A cancel whose body could not wait (runtime cancel): kill and reap now. */
+static void exec_kill_now(struct exec_job *j)
+{
+	if (j->pid == 0 || j->reaped)
+		return;
+	(void)kill(-j->pid, SIGKILL);
+	memset(&j->si, 0, sizeof(j->si));
+	while (waitid(P_PIDFD, (id_t)j->pidfd, &j->si, WEXITED) != 0 &&
+	       errno == EINTR)
+		;
+	j->reaped = true;
+	if (j->end_how == RT_SUCCEEDED)
+		j->end_how = RT_CANCELLED;
+}
+
+static rok_poll exec_poll(rok_cx *cx, void *frame)
+{
+	struct exec_frame *f = frame;
+	struct exec_job *j = f->job;
+
+	ROK_BEGIN(cx);
+	if (j == NULL || exec_start(j) < 0)
+		ROK_RETURN(cx, NULL);
+	if (rok_oneshot_new(&j->wake) < 0)
+		j->wake = NULL;   /* cancel then only works at its timeout */
+	else
+		tasktab_set_ctl(j->rec, j);
+	if (j->timeout_ns > 0) {
+		j->to_deadline = rok_now() + j->timeout_ns;
+		if (j->to_deadline < 0)
+			j->to_deadline = INT64_MAX;
+		j->to_armed = true;
+	}
+	for (;;) {
+		ROK_AWAIT(cx, exec_wait(cx, j));
+		exec_drain(cx, j, 0);
+		exec_drain(cx, j, 1);
+		exec_feed(cx, j);
+		if (exec_reap(j))
+			break;
+		int64_t now = rok_now();
+		if (j->phase == EXEC_RUN && atomic_load(&j->cancel_req))
+			exec_terminate(j, RT_CANCELLED);
+		else if (j->phase == EXEC_RUN && j->timeout_ns > 0 &&
+		         now >= j->to_deadline)
+			exec_terminate(j, RT_TIMED_OUT);
+		else if (j->phase == EXEC_TERM && now >= j->grace_deadline) {
+			j->phase = EXEC_KILL;
+			(void)kill(-j->pid, SIGKILL);
+		}
+	}
+	exec_drain(cx, j, 0);
+	exec_drain(cx, j, 1);
+	exec_release(cx, j);
+	ROK_CLEANUP(cx);
+	if (j != NULL) {
+		if (j->wake != NULL) {
+			/* After this no exec_cancel runs for j. */
+			tasktab_set_ctl(j->rec, NULL);
+			if (!atomic_load(&j->cancel_req))
+				rok_oneshot_drop_sender(j->wake);
+			(void)rok_oneshot_drop_receiver(j->wake);
+			j->wake = NULL;
+		}
+		exec_kill_now(j);
+		/* A cancelled await dropped its registrations already. */
+		exec_close(cx, &j->io_out[0], &j->outfd[0], false);
+		exec_close(cx, &j->io_out[1], &j->outfd[1], false);
+		exec_close(cx, &j->io_in, &j->infd, true);
+		if (j->pidfd >= 0) {
+			rok_io_forget(j->pidfd);
+			close(j->pidfd);
+			j->pidfd = -1;
+		}
+		exec_out_done(&j->out);
+	}
+	ROK_END(cx);
+}
+
+/* Any thread, under the task table's lock: must not block. */
+static void exec_cancel(void *ctl)
+{
+	struct exec_job *j = ctl;
+
+	if (!atomic_exchange(&j->cancel_req, true))
+		(void)rok_oneshot_send(j->wake, (void *)1);
+}
+
+static void exec_finish(void *frame, int how, struct rt_outcome *o)
+{
+	struct exec_frame *f = frame;
+	struct exec_job *j = f->job;
+
+	f->job = NULL;
+	if (j == NULL) {
+		o->state = RT_FAILED;
+		snprintf(o->reason, sizeof(o->reason), "out of memory");
+		return;
+	}
+	o->output_truncated = j->out.truncated;
+	if (j->start_failed) {
+		o->state = RT_FAILED;
+		snprintf(o->reason, sizeof(o->reason), "%s", j->reason);
+	} else if (j->reaped) {
+		if (j->si.si_code == CLD_EXITED) {
+			o->has_exit_code = true;
+			o->exit_code = j->si.si_status;
+		} else {
+			o->has_signal = true;
+			o->signal = j->si.si_status;
+		}
+		if (how == RT_SUCCEEDED && j->end_how != RT_SUCCEEDED)
+			o->state = j->end_how;
+		else if (how == RT_SUCCEEDED)
+			o->state = o->has_exit_code && o->exit_code == 0
+			           ? RT_SUCCEEDED : RT_FAILED;
+	}
+	exec_job_free(j);
+}
+
+const struct kind kind_exec = {
+	.name = "exec",
+	.check = exec_check,
+	.poll = exec_poll,
+	.frame_size = sizeof(struct exec_frame),
+	.init = exec_init_frame,
+	.finish = exec_finish,
+	.cancel = exec_cancel,
+	.own_timeout = true,
+};

@@ -260,6 +260,23 @@ static void reply_body(struct reply_box *b, const Rok__V1__Response *m)
 		r->type = ROK_REPLY_PING;
 		r->payload = reply_bytes(b, m->ping->payload);
 		break;
+	case ROK__V1__RESPONSE__BODY_LOGS: {
+		const Rok__V1__LogsReply *l = m->logs;
+		size_t n = l->n_chunks;
+		rok_log_chunk *ch = reply_array(b, n, sizeof(*ch));
+
+		r->type = ROK_REPLY_LOGS;
+		r->end = l->end;
+		for (size_t i = 0; ch != NULL && i < n; i++) {
+			ch[i].stream = (int)l->chunks[i]->stream;
+			ch[i].data = reply_bytes(b, l->chunks[i]->data);
+		}
+		r->chunks = ch;
+		r->n_chunks = ch != NULL ? n : 0;
+		if (l->task != NULL)
+			reply_tasks(b, &l->task, 1);
+		break;
+	}
 	default:   /* no body, or one newer than this library */
 		r->type = ROK_REPLY_NONE;
 		break;

@@ -322,6 +322,20 @@ int rok_client_status(rok_client *c, const uint64_t *ids, size_t n,
 	return request_finish(c, rc, rid, ROK_REPLY_STATUS, out);
 }
 
+int rok_client_send_logs(rok_client *c, uint64_t task_id, bool follow,
+			 uint64_t *req_id)
+{
+	Rok__V1__Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__LogsRequest body = ROK__V1__LOGS_REQUEST__INIT;
+
+	*req_id = 0;
+	body.task_id = task_id;
+	body.follow = follow;
+	req.body_case = ROK__V1__REQUEST__BODY_LOGS;
+	req.logs = &body;
+	return client_send(c, &req, req_id);
+}
+
 int rok_client_send_list(rok_client *c, int state, uint64_t after_id,
 			 uint32_t limit, uint64_t *req_id)
 {

@@ -202,7 +202,16 @@ enum rok_reply_type {
 	ROK_REPLY_LIST,
 	ROK_REPLY_STATS,
 	ROK_REPLY_PING,
+	ROK_REPLY_LOGS,
 };
+
+/* A piece of a task's output (rok.v1.LogChunk). */
+#define ROK_STDOUT 1
+#define ROK_STDERR 2
+typedef struct rok_log_chunk {
+	int stream;                /* ROK_STDOUT or ROK_STDERR */
+	rok_bytes data;
+} rok_log_chunk;
 
 /*
  * One decoded reply.  Which fields are set depends on `type`:
@@ -215,6 +224,8 @@ enum rok_reply_type {
  *   STATS   stats
  *   PING    payload
  *   HELLO   server
+ *   LOGS    chunks (output, in the order the task wrote it); end: the
+ *           last reply of the stream, with tasks[0] the task as it is then
  * error.code != 0 means the daemon refused the request (the body may then
  * be absent).  Everything pointed to belongs to the reply.
  */
@@ -234,6 +245,9 @@ typedef struct rok_reply {
 	rok_daemon_stats stats;
 	rok_bytes payload;
 	rok_server_info server;
+	size_t n_chunks;
+	const rok_log_chunk *chunks;
+	bool end;
 } rok_reply;
 
 /* Frees a reply and everything in it.  NULL is fine. */
@@ -346,6 +360,19 @@ int rok_client_stats(rok_client *c, rok_daemon_stats *out);
 
 /* A round trip; the daemon must echo payload (n bytes, may be 0). */
 int rok_client_ping(rok_client *c, const void *payload, size_t n);
+
+/*
+ * A task's captured output, as a stream: rok_client_send_logs sends the
+ * request; then call rok_client_wait(c, req_id, &r) again and again, each
+ * reply (type ROK_REPLY_LOGS) holding chunks of output in order, until one
+ * has r->end set (tasks[0] is then the task).  With follow the stream
+ * lasts until the task has ended (set the client timeout to 0 to wait that
+ * long); without, until the output kept so far has been sent.  A typed
+ * error (NOT_FOUND, PERMISSION_DENIED) also ends the stream.  The whole
+ * stream counts as one request in flight.
+ */
+int rok_client_send_logs(rok_client *c, uint64_t task_id, bool follow,
+			 uint64_t *req_id);
 
 /* ---- pipelining ------------------------------------------------------- */
 

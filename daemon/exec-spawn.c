@@ -25,9 +25,17 @@
  * that child and returns the error, so a typo in a command is a failed task
  * with a reason, not a daemon error.
  *
- * PR_SET_PDEATHSIG fires when the *thread* that forked exits, so exec_spawn
- * runs on a worker thread (they live as long as the runtime), never on a
- * blocking-pool thread (which exits when idle).
+ * PR_SET_PDEATHSIG fires when the *thread* that forked exits.  Runtime
+ * workers do not qualify: a worker stuck in a call is handed off to a
+ * helper thread that retires later, and children forked there were killed
+ * when it did.  So every child is forked by one spawner thread that rokd
+ * starts at boot and never stops: exec tasks queue a request (a mutex and a
+ * condition variable) and await a oneshot that the spawner sends the
+ * request back through.  One thread is enough: vfork suspends only it, and
+ * only until the child execs (tens of microseconds), and it keeps that
+ * stall off the workers.  If the task is gone when the spawner answers (it
+ * was cancelled while its child started), the spawner kills and reaps the
+ * child itself.
  *
  * The user database (getpwuid_r, getgrouplist) is read before forking, on
  * the worker: with /etc files that is a few hundred microseconds, and a
@@ -40,6 +48,7 @@
 #include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -51,14 +60,27 @@
 #include "exec.h"
 #include "rokd.h"
 
+static void *exec_spawner_main(void *arg);
+
 static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct exec_req *head, *tail;   /* queued requests, FIFO */
 	int devnull;
 	int ignored[64];            /* signals rokd ignores: reset in children */
 	int nignored;
-} spawn = { .devnull = -1 };
+} spawn = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.cond = PTHREAD_COND_INITIALIZER,
+	.devnull = -1,
+};
 
 int exec_spawn_init(void)
 {
+	pthread_t t;
+	sigset_t all, old;
+	int err;
+
 	spawn.devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (spawn.devnull < 0)
 		return -errno;
@@ -70,6 +92,15 @@ int exec_spawn_init(void)
 		if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
 			spawn.ignored[spawn.nignored++] = sig;
 	}
+	/* The spawner runs with every signal blocked (it blocks them around
+	 * vfork anyway); it lives until the process exits. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	err = pthread_create(&t, NULL, exec_spawner_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err != 0)
+		return -err;
+	pthread_detach(t);
 	return 0;
 }
 
@@ -276,7 +307,7 @@ static _Noreturn void exec_child(const struct exec_start *s, pid_t parent,
 	exec_child_fail(fail, "exec", -err);
 }
 
-pid_t exec_spawn(const struct exec_start *s, const char **step)
+static pid_t exec_spawn(const struct exec_start *s, const char **step)
 {
 	sigset_t all, old;
 	volatile struct exec_fail fail = { 0, NULL };
@@ -304,4 +335,115 @@ pid_t exec_spawn(const struct exec_start *s, const char **step)
 		return -(fail.err != 0 ? fail.err : EIO);
 	}
 	return pid;
+}
+
+/* ---- the spawner thread --------------------------------------------------- */
+
+void exec_spawn_submit(struct exec_req *r)
+{
+	r->next = NULL;
+	pthread_mutex_lock(&spawn.lock);
+	if (spawn.tail != NULL)
+		spawn.tail->next = r;
+	else
+		spawn.head = r;
+	spawn.tail = r;
+	pthread_cond_signal(&spawn.cond);
+	pthread_mutex_unlock(&spawn.lock);
+}
+
+/* Frees what only the child needed, and closes the child's fds. */
+static void exec_req_strip(struct exec_req *r)
+{
+	for (int i = 0; i < 3; i++) {
+		if (r->child[i] >= 0 && r->child[i] != spawn.devnull)
+			close(r->child[i]);
+		r->child[i] = -1;
+	}
+	for (size_t i = 0; r->argv != NULL && r->argv[i] != NULL; i++)
+		free(r->argv[i]);
+	for (size_t i = 0; r->env != NULL && r->env[i] != NULL; i++)
+		free(r->env[i]);
+	free(r->argv);
+	free(r->env);
+	free(r->paths);
+	free(r->cwd);
+	exec_user_done(&r->user);
+	r->argv = r->env = r->paths = NULL;
+	r->cwd = NULL;
+	memset(&r->s, 0, sizeof(r->s));
+}
+
+void exec_req_free(struct exec_req *r, bool kill_child)
+{
+	if (r == NULL)
+		return;
+	exec_req_strip(r);
+	if (kill_child && r->pid > 0) {
+		siginfo_t si;
+		(void)kill(-r->pid, SIGKILL);
+		while (waitid(P_PID, (id_t)r->pid, &si, WEXITED) != 0 &&
+		       errno == EINTR)
+			;
+	}
+	if (r->pidfd >= 0)
+		close(r->pidfd);
+	free(r);
+}
+
+static void exec_spawner_run(struct exec_req *r)
+{
+	const char *step;
+	pid_t pid = exec_spawn(&r->s, &step);
+
+	if (pid < 0) {
+		const char *what = strerror((int)-pid);
+		if (strcmp(step, "exec") == 0)
+			snprintf(r->reason, sizeof(r->reason), "exec %s: %s",
+			         r->argv[0], what);
+		else if (strcmp(step, "chdir") == 0)
+			snprintf(r->reason, sizeof(r->reason), "chdir %s: %s",
+			         r->cwd, what);
+		else
+			snprintf(r->reason, sizeof(r->reason), "%s: %s", step,
+			         what);
+		exec_req_strip(r);
+		return;
+	}
+	r->pid = pid;
+	/* No race: nobody else reaps, so pid names our child until we do.
+	 * A pidfd is always close-on-exec. */
+	r->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (r->pidfd < 0) {
+		/* Cannot supervise it: it dies here, the task fails. */
+		siginfo_t si;
+		snprintf(r->reason, sizeof(r->reason), "pidfd_open: %s",
+		         strerror(errno));
+		(void)kill(-pid, SIGKILL);
+		while (waitid(P_PID, (id_t)pid, &si, WEXITED) != 0 &&
+		       errno == EINTR)
+			;
+		r->pid = 0;
+	}
+	exec_req_strip(r);
+}
+
+static void *exec_spawner_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		pthread_mutex_lock(&spawn.lock);
+		while (spawn.head == NULL)
+			pthread_cond_wait(&spawn.cond, &spawn.lock);
+		struct exec_req *r = spawn.head;
+		spawn.head = r->next;
+		if (spawn.head == NULL)
+			spawn.tail = NULL;
+		pthread_mutex_unlock(&spawn.lock);
+		exec_spawner_run(r);
+		/* The task gone (cancelled meanwhile): its child dies here. */
+		if (rok_oneshot_send(r->done, r) < 0)
+			exec_req_free(r, true);
+	}
+	return NULL;
 }

@@ -77,6 +77,7 @@ struct exec_job {
 	rok_sleep_op to_sleep, grace_sleep;
 	bool to_armed, grace_armed;
 	int64_t to_deadline, grace_deadline;
+	rok_oneshot *req_done;      /* the spawner's answer, until received */
 	rok_oneshot *wake;
 	rok_chan_op wake_op;
 	bool woken;
@@ -342,103 +343,122 @@ static void exec_fail(struct exec_job *j, const char *fmt, ...)
 	j->start_failed = true;
 }
 
-/* Starts the child: 0, or -1 with the reason in j (a failed task). */
+/*
+ * Prepares the child's start and hands it to the spawner thread: 0, or -1
+ * with the reason in j (a failed task).  The request takes j's argv, env
+ * and cwd; j->req_done is what the task awaits.
+ */
 static int exec_start(struct exec_job *j)
 {
-	struct exec_user u = { 0 };
-	bool have_user = false;
-	int child[3] = { -1, -1, -1 };
+	struct exec_req *r = calloc(1, sizeof(*r));
 	int p[2], err;
-	char **paths = NULL;
-	int rc = -1;
 
+	if (r == NULL) {
+		exec_fail(j, "out of memory");
+		return -1;
+	}
+	r->child[0] = r->child[1] = r->child[2] = -1;
+	r->pidfd = -1;
 	bool change = config.root && j->uid != 0;
 	if (change || j->clean_env) {
-		err = exec_user_get(j->uid, &u);
-		if (err == 0)
-			have_user = true;
-		else if (change || err != -ENOENT) {
+		err = exec_user_get(j->uid, &r->user);
+		if (err < 0 && (change || err != -ENOENT)) {
 			if (err == -ENOENT)
 				exec_fail(j, "uid %u has no entry in the user "
 				          "database", (unsigned)j->uid);
 			else
 				exec_fail(j, "looking up uid %u: %s",
 				          (unsigned)j->uid, strerror(-err));
-			goto out;
+			goto fail;
 		}
 	}
-	if (j->clean_env && exec_clean_env(j, have_user ? &u : NULL) < 0) {
+	if (j->clean_env &&
+	    exec_clean_env(j, r->user.name != NULL ? &r->user : NULL) < 0) {
 		exec_fail(j, "out of memory");
-		goto out;
+		goto fail;
 	}
 	const char *path = exec_getenv(j->env, "PATH");
-	if ((paths = exec_paths(j->argv[0],
-	                        path != NULL ? path : EXEC_DEFAULT_PATH)) == NULL) {
+	if ((r->paths = exec_paths(j->argv[0], path != NULL ? path
+	                                       : EXEC_DEFAULT_PATH)) == NULL) {
 		exec_fail(j, "out of memory");
-		goto out;
+		goto fail;
 	}
-	child[0] = exec_devnull();
+	r->child[0] = exec_devnull();
 	if (j->in_len > 0) {
 		if ((err = exec_pipe(p, 1)) < 0) {
 			exec_fail(j, "pipe: %s", strerror(-err));
-			goto out;
+			goto fail;
 		}
-		child[0] = p[0];
+		r->child[0] = p[0];
 		j->infd = p[1];
 	}
 	for (int i = 0; i < 2; i++) {
 		if ((err = exec_pipe(p, 0)) < 0) {
 			exec_fail(j, "pipe: %s", strerror(-err));
-			goto out;
+			goto fail;
 		}
 		j->outfd[i] = p[0];
-		child[i + 1] = p[1];
+		r->child[i + 1] = p[1];
 	}
-	struct exec_start s = {
-		.argv = j->argv,
-		.envp = j->env,
-		.paths = paths,
-		.cwd = j->cwd,
-		.fds = { child[0], child[1], child[2] },
+	if ((err = rok_oneshot_new(&r->done)) < 0) {
+		exec_fail(j, "out of memory");
+		goto fail;
+	}
+	/* Moved into the request: the spawner frees them. */
+	r->argv = j->argv;
+	r->env = j->env;
+	r->cwd = j->cwd;
+	j->argv = j->env = NULL;
+	j->cwd = NULL;
+	r->s = (struct exec_start){
+		.argv = r->argv,
+		.envp = r->env,
+		.paths = r->paths,
+		.cwd = r->cwd,
+		.fds = { r->child[0], r->child[1], r->child[2] },
 		.change_creds = change,
 		.uid = j->uid,
-		.gid = u.gid,
-		.ngroups = u.ngroups,
-		.groups = u.groups,
+		.gid = r->user.gid,
+		.ngroups = r->user.ngroups,
+		.groups = r->user.groups,
 	};
-	const char *step;
-	pid_t pid = exec_spawn(&s, &step);
-	if (pid < 0) {
-		if (strcmp(step, "exec") == 0)
-			exec_fail(j, "exec %s: %s", j->argv[0], strerror(-pid));
-		else if (strcmp(step, "chdir") == 0)
-			exec_fail(j, "chdir %s: %s", j->cwd, strerror(-pid));
-		else
-			exec_fail(j, "%s: %s", step, strerror(-pid));
-		goto out;
+	j->req_done = r->done;
+	exec_spawn_submit(r);
+	return 0;
+fail:
+	exec_req_free(r, false);
+	return -1;
+}
+
+/* Await: the spawner's answer.  Takes the child (pid, pidfd) or the reason
+ * it did not start, in the poll that receives it (kept if that poll also
+ * sees a cancel: the cleanup then kills the child). */
+static rok_poll exec_await_start(rok_cx *cx, struct exec_job *j)
+{
+	void *v = NULL;
+	int err;
+
+	if (rok_oneshot_recv(cx, &j->wake_op, j->req_done, &v, &err) ==
+	    ROK_PENDING)
+		return ROK_PENDING;
+	(void)rok_oneshot_drop_receiver(j->req_done);
+	j->req_done = NULL;
+	j->wake_op = (rok_chan_op){ 0 };
+	struct exec_req *r = v;
+	if (r == NULL) {
+		exec_fail(j, "the spawner went away");
+		return ROK_READY;
 	}
-	j->pid = pid;
-	j->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (j->pidfd < 0) {
-		/* Cannot supervise it: kill and reap it here. */
-		err = errno;
-		kill(-pid, SIGKILL);
-		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-			;
-		j->pid = 0;
-		exec_fail(j, "pidfd_open: %s", strerror(err));
-		goto out;
+	if (r->pid > 0) {
+		j->pid = r->pid;
+		j->pidfd = r->pidfd;
+		r->pid = 0;
+		r->pidfd = -1;
+	} else {
+		exec_fail(j, "%s", r->reason);
 	}
-	rc = 0;
-out:
-	if (child[0] >= 0 && child[0] != exec_devnull())
-		close(child[0]);
-	for (int i = 1; i < 3; i++)
-		if (child[i] >= 0)
-			close(child[i]);
-	free(paths);
-	exec_user_done(&u);
-	return rc;
+	exec_req_free(r, false);
+	return ROK_READY;
 }
 
 /* ---- supervising (worker) ------------------------------------------------ */
@@ -608,6 +628,9 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 	ROK_BEGIN(cx);
 	if (j == NULL || exec_start(j) < 0)
 		ROK_RETURN(cx, NULL);
+	ROK_AWAIT(cx, exec_await_start(cx, j));
+	if (j->start_failed)
+		ROK_RETURN(cx, NULL);
 	if (rok_oneshot_new(&j->wake) < 0)
 		j->wake = NULL;   /* cancel then only works at its timeout */
 	else
@@ -641,6 +664,13 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 	exec_release(cx, j);
 	ROK_CLEANUP(cx);
 	if (j != NULL) {
+		if (j->req_done != NULL) {
+			/* Cancelled while the child started: the spawner (or
+			 * we, if it answered already) kills and reaps it. */
+			exec_req_free(rok_oneshot_drop_receiver(j->req_done),
+			              true);
+			j->req_done = NULL;
+		}
 		if (j->wake != NULL) {
 			/* After this no exec_cancel runs for j. */
 			tasktab_set_ctl(j->rec, NULL);

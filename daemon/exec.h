@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "rok/rok.h"
+
 /* ---- exec-spawn.c ----------------------------------------------------- */
 
 /* Everything the child needs, prepared before forking (the child only
@@ -51,13 +53,33 @@ void exec_user_done(struct exec_user *u);
 int exec_devnull(void);
 
 /*
- * Starts the child (vfork + execve) in a process group of its own.
- * Returns its pid; or -errno, with the step that failed in *step (a static
- * string: "exec", "chdir", "setresuid", ...).  Must run on a thread that
- * lives as long as rokd (a worker, not a blocking-pool thread): the
- * child's parent-death signal is tied to that thread.
+ * A request to the spawner thread.  The request owns everything it points
+ * to (moved in by the exec task) and the child's ends of the pipes; the
+ * spawner frees what only the child needed and closes the child's fds.
  */
-pid_t exec_spawn(const struct exec_start *s, const char **step);
+struct exec_req {
+	struct exec_start s;
+	char **argv, **env, **paths;  /* malloc'd, NULL-terminated */
+	char *cwd;
+	struct exec_user user;
+	int child[3];               /* closed by the spawner; -1: none */
+	rok_oneshot *done;          /* the spawner sends the request back */
+	/* Out. */
+	pid_t pid;                  /* > 0: started; then pidfd is open */
+	int pidfd;
+	char reason[160];           /* why not started, for people */
+	struct exec_req *next;
+};
+
+/*
+ * Queues r for the spawner thread, which starts the child and sends r
+ * back through r->done; if the receiver is gone by then, the spawner kills
+ * and reaps the child and frees r itself.  Any thread.
+ */
+void exec_spawn_submit(struct exec_req *r);
+/* Frees a request the exec task received: kills (SIGKILL) and reaps a
+ * child it could no longer supervise when `kill_child`. */
+void exec_req_free(struct exec_req *r, bool kill_child);
 
 /* ---- exec-output.c ---------------------------------------------------- */
 

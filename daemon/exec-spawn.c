@@ -109,6 +109,11 @@ int exec_devnull(void)
 	return spawn.devnull;
 }
 
+bool exec_available(void)
+{
+	return spawn.devnull >= 0;   /* exec_spawn_init ran */
+}
+
 /* ---- the user database -------------------------------------------------- */
 
 #define USER_CACHE 16

@@ -357,6 +357,11 @@ static int exec_start(struct exec_job *j)
 		exec_fail(j, "out of memory");
 		return -1;
 	}
+	if (!exec_available()) {
+		free(r);
+		exec_fail(j, "exec tasks are not available in this process");
+		return -1;
+	}
 	r->child[0] = r->child[1] = r->child[2] = -1;
 	r->pidfd = -1;
 	bool change = config.root && j->uid != 0;
@@ -488,7 +493,9 @@ static rok_poll exec_wait(rok_cx *cx, struct exec_job *j)
 {
 	bool ready = false;
 
-	if (j->pidfd >= 0 && !j->reaped)
+	/* Released even once reaped: the child may have been seen to exit
+	 * (exec_reap) before its pidfd's edge reached this waiter. */
+	if (j->pidfd >= 0 && (!j->reaped || cx->releasing))
 		ready |= rok_readable(cx, &j->io_pid, j->pidfd) == ROK_READY;
 	for (int i = 0; i < 2; i++)
 		if (j->outfd[i] >= 0)

@@ -51,6 +51,9 @@ void exec_user_done(struct exec_user *u);
 
 /* rokd's /dev/null, opened once (O_RDONLY, close-on-exec). */
 int exec_devnull(void);
+/* False until exec_spawn_init ran: a process that never called exec_init
+ * (the fuzz harness) must fail exec tasks, not run what its input says. */
+bool exec_available(void);
 
 /*
  * A request to the spawner thread.  The request owns everything it points

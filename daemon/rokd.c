@@ -299,6 +299,16 @@ int main(int argc, char **argv)
 	if (reactor_call(rokd_shutdown_cb, NULL) < 0)
 		log_warnx("could not reach the reactor to stop accepting");
 	tasktab_cancel_all();
+	/* Exec tasks end once their children are dead: give them their kill
+	 * grace before the runtime's own cancel, which kills at once. */
+	for (uint64_t waited = 0; waited < config.kill_grace_ms + 1000;
+	     waited += 10) {
+		uint64_t counts[RT_NSTATES];
+		tasktab_counts(counts);
+		if (counts[RT_RUNNING] == 0)
+			break;
+		usleep(10000);
+	}
 	/* Waits end as their tasks do; give the replies time to leave. */
 	for (int i = 0; i < 500 && !conn_all_closed(); i++)
 		usleep(10000);

@@ -823,6 +823,181 @@ START_TEST(permissions_user_daemon)
 }
 END_TEST
 
+/* ---- exec and the logs stream ------------------------------------------ */
+
+/* Spawns `sh -c script` as an exec task: its id. */
+static uint64_t rc_spawn_sh(int fd, const char *script)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__SpawnRequest sp = ROK__V1__SPAWN_REQUEST__INIT;
+	Rok__V1__TaskSpec spec = ROK__V1__TASK_SPEC__INIT;
+	ProtobufCBinaryData args[3] = { bin("sh"), bin("-c"), bin(script) };
+
+	spec.kind = bin("exec");
+	spec.n_args = 3;
+	spec.args = args;
+	sp.spec = &spec;
+	req.id = 7;
+	req.body_case = ROK__V1__REQUEST__BODY_SPAWN;
+	req.spawn = &sp;
+	rc_send(fd, &req);
+	Response *r = rc_recv(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_ptr_null(r->error);
+	uint64_t id = r->spawn->id;
+	rok__v1__response__free_unpacked(r, NULL);
+	return id;
+}
+
+static void rc_logs_req(int fd, uint64_t req_id, uint64_t task, bool follow)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__LogsRequest l = ROK__V1__LOGS_REQUEST__INIT;
+
+	l.task_id = task;
+	l.follow = follow;
+	req.id = req_id;
+	req.body_case = ROK__V1__REQUEST__BODY_LOGS;
+	req.logs = &l;
+	rc_send(fd, &req);
+}
+
+/* Reads a logs stream to its end: the bytes of each stream in out[1],
+ * out[2] (malloc'd, NUL-terminated), and the order of the streams as the
+ * chunks came in `order` (one digit per chunk).  Returns the final reply. */
+static Response *rc_logs_read(int fd, uint64_t req_id, char *out[3],
+                              size_t len[3], char *order, size_t olen)
+{
+	size_t k = 0;
+
+	for (int i = 0; i < 3; i++) {
+		out[i] = calloc(1, 1);
+		len[i] = 0;
+	}
+	for (;;) {
+		Response *r = rc_recv(fd);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_uint_eq(r->id, req_id);
+		ck_assert_ptr_null(r->error);
+		ck_assert_int_eq(r->body_case, ROK__V1__RESPONSE__BODY_LOGS);
+		for (size_t i = 0; i < r->logs->n_chunks; i++) {
+			const Rok__V1__LogChunk *c = r->logs->chunks[i];
+			ck_assert(c->stream == 1 || c->stream == 2);
+			out[c->stream] = realloc(out[c->stream],
+			                         len[c->stream] + c->data.len + 1);
+			memcpy(out[c->stream] + len[c->stream], c->data.data,
+			       c->data.len);
+			len[c->stream] += c->data.len;
+			out[c->stream][len[c->stream]] = '\0';
+			if (k + 1 < olen)
+				order[k++] = (char)('0' + c->stream);
+		}
+		order[k] = '\0';
+		if (r->logs->end)
+			return r;
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+}
+
+/* A follow gets output pushed while the task runs, in order, on one
+ * request id, then one end reply with the task; it counts as one request
+ * in flight for its whole life. */
+START_TEST(logs_stream)
+{
+	rokd_start("max_in_flight = 1");
+	int fd = rc_hello();
+	char *out[3], order[64];
+	size_t len[3];
+
+	uint64_t id = rc_spawn_sh(fd, "echo one; sleep 0.2; echo two >&2; "
+	                              "sleep 0.2; echo three; exit 4");
+	rc_logs_req(fd, 40, id, true);
+	/* The stream holds the one slot: a waiting join is refused. */
+	Response *r = rc_join(fd, &id, 1, 0);
+	ck_assert_ptr_nonnull(r);
+	if (r->id == 40) {
+		/* the first chunk came first; the refusal follows */
+		ck_assert_int_eq(r->body_case, ROK__V1__RESPONSE__BODY_LOGS);
+		ck_assert(!r->logs->end);
+		rok__v1__response__free_unpacked(r, NULL);
+		r = rc_recv(fd);
+	}
+	ck_assert_uint_eq(r->id, 9);
+	ck_assert_ptr_nonnull(r->error);
+	ck_assert_int_eq(r->error->code, ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED);
+	rok__v1__response__free_unpacked(r, NULL);
+	r = rc_logs_read(fd, 40, out, len, order, sizeof(order));
+	ck_assert_ptr_nonnull(r->logs->task);
+	ck_assert_int_eq(r->logs->task->state, ROK__V1__TASK_STATE__TASK_FAILED);
+	ck_assert(r->logs->task->has_exit_code);
+	ck_assert_int_eq(r->logs->task->exit_code, 4);
+	rok__v1__response__free_unpacked(r, NULL);
+	/* (the first chunk may have been read above) */
+	ck_assert(strcmp(out[1], "one\nthree\n") == 0 ||
+	          strcmp(out[1], "three\n") == 0);
+	ck_assert_str_eq(out[2], "two\n");
+	ck_assert(strcmp(order, "121") == 0 || strcmp(order, "21") == 0);
+	for (int i = 0; i < 3; i++)
+		free(out[i]);
+	/* The slot is free again. */
+	r = rc_join(fd, &id, 1, 0);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_ptr_null(r->error);
+	rok__v1__response__free_unpacked(r, NULL);
+	/* Without follow, after the end: the same bytes. */
+	rc_logs_req(fd, 41, id, false);
+	r = rc_logs_read(fd, 41, out, len, order, sizeof(order));
+	rok__v1__response__free_unpacked(r, NULL);
+	ck_assert_str_eq(out[1], "one\nthree\n");
+	ck_assert_str_eq(out[2], "two\n");
+	ck_assert_str_eq(order, "121");
+	for (int i = 0; i < 3; i++)
+		free(out[i]);
+	/* Unknown task: a typed error ends the stream at once. */
+	rc_logs_req(fd, 42, 999999, false);
+	r = rc_recv(fd);
+	ck_assert_uint_eq(r->id, 42);
+	ck_assert_ptr_nonnull(r->error);
+	ck_assert_int_eq(r->error->code, ROK__V1__ERROR_CODE__NOT_FOUND);
+	rok__v1__response__free_unpacked(r, NULL);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
+/* A stream to a client that reads slowly is paced by the client: with
+ * max_output far below the output's size, the connection is not dropped,
+ * and every byte arrives. */
+START_TEST(logs_slow_reader)
+{
+	rokd_start("max_output = 1048576");
+	int fd = rc_hello();
+	char *out[3], order[8];
+	size_t len[3];
+
+	uint64_t id = rc_spawn_sh(fd, "head -c 8000000 /dev/zero");
+	Response *r = rc_join(fd, &id, 1, 0);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(r->join->tasks[0]->state,
+	                 ROK__V1__TASK_STATE__TASK_SUCCEEDED);
+	rok__v1__response__free_unpacked(r, NULL);
+	int small = 4096;
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	rc_logs_req(fd, 50, id, false);
+	test_sleep_ms(500);   /* not reading: the daemon must wait for us */
+	r = rc_logs_read(fd, 50, out, len, order, sizeof(order));
+	ck_assert(r->logs->end);
+	rok__v1__response__free_unpacked(r, NULL);
+	ck_assert_uint_eq(len[1], 8000000);
+	ck_assert_uint_eq(len[2], 0);
+	for (int i = 0; i < 3; i++)
+		free(out[i]);
+	rc_ping_ok(fd);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
 static Suite *rokd_suite(void)
 {
 	const struct test_case cases[] = {
@@ -837,6 +1012,8 @@ static Suite *rokd_suite(void)
 		{ "sigterm", sigterm_answers_in_flight },
 		{ "perm_root", permissions_root_daemon },
 		{ "perm_user", permissions_user_daemon },
+		{ "logs_stream", logs_stream },
+		{ "logs_slow_reader", logs_slow_reader },
 	};
 
 	return TEST_SUITE("rokd", cases, 60);

@@ -22,9 +22,11 @@
  * the process group, SIGKILL after the grace (TaskSpec.kill_grace_ms, else
  * config kill_grace), reaps, and only then ends, as cancelled or timed_out.
  * The kind enforces its timeout itself the same way (own_timeout).  A task
- * cancelled before its child started never starts one.  A runtime-level
- * cancel (daemon stop, a select or race that cancels its losers) cannot
- * wait: the cleanup section sends SIGKILL to the group and reaps at once.
+ * cancelled before its child started never starts one.  race --cancel-rest
+ * and select cancel their losers through the task table too.  A
+ * runtime-level cancel (rok_stop at the end of a daemon stop, or a cancel
+ * that comes while the child is being started) cannot wait: the cleanup
+ * section sends SIGKILL to the group and reaps at once.
  *
  * When the leader exits, whatever is left of its process group is killed
  * (SIGKILL, before the leader is reaped), as systemd does for a unit's

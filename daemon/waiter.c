@@ -115,7 +115,9 @@ static void waiter_reply_race(struct waiter *f)
  */
 static rok_poll waiter_race_or_deadline(rok_cx *cx, struct waiter *f)
 {
-	const unsigned flags = f->cancel_rest ? ROK_RACE_CANCEL_LOSERS : 0;
+	/* Losers are cancelled through the task table (waiter_poll), not by
+	 * the race: an exec task must first kill its process group. */
+	const unsigned flags = 0;
 
 	if (cx->releasing) {
 		(void)rok_race(cx, &f->race, f->live, f->nlive, flags,
@@ -146,11 +148,18 @@ static rok_poll waiter_race_or_deadline(rok_cx *cx, struct waiter *f)
 	return ROK_PENDING;
 }
 
+/* Cancels task i as a cancel request would (an exec task gets SIGTERM,
+ * then SIGKILL after its grace, before it ends). */
+static void waiter_cancel(struct waiter *f, size_t i)
+{
+	(void)tasktab_cancel(f->ids[i], f->uid);
+}
+
 static void waiter_cancel_all(struct waiter *f)
 {
 	for (size_t i = 0; i < f->n; i++)
 		if (f->handles[i] != NULL)
-			rok_task_cancel(f->handles[i]);
+			waiter_cancel(f, i);
 }
 
 static rok_poll waiter_poll(rok_cx *cx, void *frame)
@@ -207,7 +216,7 @@ static rok_poll waiter_poll(rok_cx *cx, void *frame)
 		if (f->cancel_rest)
 			for (size_t i = 0; i < f->n; i++)
 				if (i != f->winner && f->handles[i] != NULL)
-					rok_task_cancel(f->handles[i]);
+					waiter_cancel(f, i);
 		waiter_reply_race(f);
 	}
 	ROK_CLEANUP(cx);

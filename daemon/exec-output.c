@@ -51,6 +51,16 @@ void exec_output_path(uint64_t id, char *buf, size_t len)
 	         (unsigned long long)id);
 }
 
+void exec_out_forget(uint64_t id)
+{
+	char path[4096];
+
+	exec_output_path(id, path, sizeof(path));
+	if (unlink(path) != 0 && errno != ENOENT)
+		log_errno(errno, "task %llu: removing an old %s",
+		          (unsigned long long)id, path);
+}
+
 void exec_out_init(struct exec_out *o, uint64_t id, uint64_t cap)
 {
 	o->id = id;

@@ -364,6 +364,7 @@ static int exec_start(struct exec_job *j)
 		exec_fail(j, "exec tasks are not available in this process");
 		return -1;
 	}
+	exec_out_forget(j->id);
 	r->child[0] = r->child[1] = r->child[2] = -1;
 	r->pidfd = -1;
 	bool change = config.root && j->uid != 0;

@@ -13,8 +13,9 @@
  * the child leaves with exit_group, not _exit (which sanitizers intercept).
  *
  * The parent blocks every signal around vfork() so that no handler runs in
- * the child on the parent's stack; the child resets the dispositions rokd
- * ignores (SIGPIPE) and unblocks everything just before execve.  Order in
+ * the child on the parent's stack; the child resets every disposition that
+ * is not the default (SIGPIPE, which rokd ignores; sanitizer handlers) and
+ * unblocks everything just before execve.  Order in
  * the child: reset signals, own process group, the three fds, close
  * everything else (every rokd fd is close-on-exec anyway: close_range is a
  * backstop), drop to the submitter (setgroups, setresgid, setresuid), chdir
@@ -67,8 +68,11 @@ static struct {
 	pthread_cond_t cond;
 	struct exec_req *head, *tail;   /* queued requests, FIFO */
 	int devnull;
-	int ignored[64];            /* signals rokd ignores: reset in children */
-	int nignored;
+	/* Signals not at SIG_DFL in rokd (ignored, or caught by a sanitizer
+	 * runtime): the child resets them before it unblocks signals, so no
+	 * handler of rokd's ever runs in the child, on rokd's memory. */
+	int reset[64];
+	int nreset;
 } spawn = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.cond = PTHREAD_COND_INITIALIZER,
@@ -84,13 +88,13 @@ int exec_spawn_init(void)
 	spawn.devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (spawn.devnull < 0)
 		return -errno;
-	spawn.nignored = 0;
-	for (int sig = 1; sig < 65 && spawn.nignored < 64; sig++) {
+	spawn.nreset = 0;
+	for (int sig = 1; sig < 65 && spawn.nreset < 64; sig++) {
 		struct sigaction sa;
 		if (sig == SIGKILL || sig == SIGSTOP)
 			continue;
-		if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
-			spawn.ignored[spawn.nignored++] = sig;
+		if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler != SIG_DFL)
+			spawn.reset[spawn.nreset++] = sig;
 	}
 	/* The spawner runs with every signal blocked (it blocks them around
 	 * vfork anyway); it lives until the process exits. */
@@ -265,8 +269,8 @@ static _Noreturn void exec_child(const struct exec_start *s, pid_t parent,
 	uint64_t none = 0;
 	long rc;
 
-	for (int i = 0; i < spawn.nignored; i++)
-		syscall(SYS_rt_sigaction, spawn.ignored[i], &dfl, NULL,
+	for (int i = 0; i < spawn.nreset; i++)
+		syscall(SYS_rt_sigaction, spawn.reset[i], &dfl, NULL,
 		        sizeof(uint64_t));
 	if (syscall(SYS_setpgid, 0, 0) != 0)
 		exec_child_fail(fail, "setpgid", 0);

@@ -335,6 +335,13 @@ bool conn_begin_wait(struct conn *c, uint64_t id)
 	return true;
 }
 
+void conn_end_wait(struct conn *c)
+{
+	c->in_flight--;
+	conn_maybe_finish(c);
+	conn_unref(c);
+}
+
 struct delivery {
 	struct conn *conn;
 	size_t len;

@@ -16,6 +16,7 @@ static const struct cmd cmds[] = {
 	{ ROK__V1__REQUEST__BODY_LIST, "list", cmd_list },
 	{ ROK__V1__REQUEST__BODY_STATS, "stats", cmd_stats },
 	{ ROK__V1__REQUEST__BODY_PING, "ping", cmd_ping },
+	{ ROK__V1__REQUEST__BODY_PRUNE, "prune", cmd_prune },
 };
 
 void dispatch(struct conn *c, const Request *req)

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "journal.h"
 #include "reactor.h"
 #include "rokd.h"
 #include "wire.h"
@@ -40,7 +41,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	config.max_queued = 10000;
 	config.max_finished = 10000;
 	setenv("ROK_WORKERS", "2", 1);
-	if (tasktab_init() < 0 || rok_start() < 0)
+	/* A journal of its own, in a fresh directory (left behind in /tmp:
+	 * the fuzzer exits without a hook to remove it). */
+	char dir[] = "/tmp/fuzz_rokd.XXXXXX", err[512];
+	if (mkdtemp(dir) == NULL)
+		abort();
+	free(config.state_dir);
+	config.state_dir = strdup(dir);
+	config.durability_full = false;
+	if (config.state_dir == NULL || tasktab_init() < 0 ||
+	    journal_open(err, sizeof(err)) < 0 || rok_start() < 0 ||
+	    journal_recover(err, sizeof(err)) < 0 || journal_start() < 0)
 		abort();
 	return 0;
 }

@@ -31,12 +31,15 @@
  * Lock order: journal.lock is a leaf (nothing else is taken under it).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "journal.h"
 #include "reactor.h"
@@ -127,8 +130,36 @@ sqlite3 *journal_db(void)
 	return journal.db;
 }
 
+/*
+ * One rokd per state directory: a second one would hand out the same ids.
+ * The lock (flock, independent of sqlite's own fcntl locks) lives as long
+ * as the process; its descriptor is deliberately never closed.
+ */
+static int journal_lock(char *err, size_t len)
+{
+	char path[4200];
+
+	snprintf(path, sizeof(path), "%s/rokd.lock", config.state_dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		snprintf(err, len, "%s: %s: the journal cannot be kept; "
+		         "refusing to start", path, strerror(errno));
+		return -1;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		snprintf(err, len, "%s: another rokd uses the state directory "
+		         "%s (%s); refusing to start", path, config.state_dir,
+		         strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return 0;
+}
+
 int journal_open(char *err, size_t len)
 {
+	if (journal_lock(err, len) < 0)
+		return -1;
 	if (snprintf(journal.path, sizeof(journal.path), "%s/journal.db",
 	             config.state_dir) >= (int)sizeof(journal.path)) {
 		snprintf(err, len, "state directory path too long");

@@ -260,6 +260,10 @@ static void reply_body(struct reply_box *b, const Rok__V1__Response *m)
 		r->type = ROK_REPLY_PING;
 		r->payload = reply_bytes(b, m->ping->payload);
 		break;
+	case ROK__V1__RESPONSE__BODY_PRUNE:
+		r->type = ROK_REPLY_PRUNE;
+		r->pruned = m->prune->pruned;
+		break;
 	default:   /* no body, or one newer than this library */
 		r->type = ROK_REPLY_NONE;
 		break;

@@ -375,11 +375,15 @@ static void journal_pruned_cb(void *arg)
 /* ---- the journal thread ------------------------------------------------- */
 
 /* Open-addressing set of the ids finished in a batch, to skip their
- * starts. */
+ * starts.  The slots are kept from batch to batch (journal thread only):
+ * allocating a large zeroed array per batch cost more than the set saved. */
 struct journal_idset {
 	uint64_t *slot;
 	size_t mask;
 };
+
+static struct journal_idset journal_fin;
+static size_t journal_fin_cap;
 
 static void journal_idset_init(struct journal_idset *s, const struct jev *b)
 {
@@ -387,12 +391,22 @@ static void journal_idset_init(struct journal_idset *s, const struct jev *b)
 
 	for (const struct jev *e = b; e != NULL; e = e->next)
 		n += e->type == JEV_FINISH;
+	s->slot = NULL;
+	s->mask = 0;
+	if (n == 0)
+		return;
 	while (cap < 2 * n)
 		cap *= 2;
-	s->slot = n > 0 ? calloc(cap, sizeof(*s->slot)) : NULL;
+	if (cap > journal_fin_cap) {
+		uint64_t *p = realloc(journal_fin.slot, cap * sizeof(*p));
+		if (p == NULL)
+			return;   /* no coalescing: correct, only slower */
+		journal_fin.slot = p;
+		journal_fin_cap = cap;
+	}
+	s->slot = journal_fin.slot;
 	s->mask = cap - 1;
-	if (s->slot == NULL)
-		return;   /* no coalescing: correct, only slower */
+	memset(s->slot, 0, cap * sizeof(*s->slot));
 	for (const struct jev *e = b; e != NULL; e = e->next) {
 		if (e->type != JEV_FINISH)
 			continue;
@@ -504,7 +518,6 @@ static int journal_commit(const struct jev *b)
 		if (e->type == JEV_SPAWN && e->id > max_id)
 			max_id = e->id;
 	}
-	free(fin.slot);
 	if (rc == SQLITE_OK && max_id > 0) {
 		sqlite3_bind_int64(journal.st[JST_MAXID], 1,
 		                   (sqlite3_int64)max_id);
@@ -723,6 +736,9 @@ void journal_stop(void)
 		journal.st[i] = NULL;
 	}
 	journal_read_close();
+	free(journal_fin.slot);
+	journal_fin.slot = NULL;
+	journal_fin_cap = 0;
 	if (journal.db != NULL) {
 		/* A clean close checkpoints and removes the WAL. */
 		if (sqlite3_close(journal.db) != SQLITE_OK)

@@ -120,7 +120,9 @@ static struct {
 	sqlite3_stmt *st[JST_COUNT];
 	struct jev *retained;         /* journal thread: failed, to retry */
 	char path[4096];
+	int lock_fd;
 } journal = {
+	.lock_fd = -1,
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.cond = PTHREAD_COND_INITIALIZER,
 };
@@ -132,8 +134,8 @@ sqlite3 *journal_db(void)
 
 /*
  * One rokd per state directory: a second one would hand out the same ids.
- * The lock (flock, independent of sqlite's own fcntl locks) lives as long
- * as the process; its descriptor is deliberately never closed.
+ * The lock (flock, independent of sqlite's own fcntl locks) is held from
+ * journal_open to journal_stop.
  */
 static int journal_lock(char *err, size_t len)
 {
@@ -153,11 +155,13 @@ static int journal_lock(char *err, size_t len)
 		close(fd);
 		return -1;
 	}
+	journal.lock_fd = fd;
 	return 0;
 }
 
 int journal_open(char *err, size_t len)
 {
+	journal.stopping = false;
 	if (journal_lock(err, len) < 0)
 		return -1;
 	if (snprintf(journal.path, sizeof(journal.path), "%s/journal.db",
@@ -745,5 +749,9 @@ void journal_stop(void)
 			log_warnx("journal: close: %s",
 			          sqlite3_errmsg(journal.db));
 		journal.db = NULL;
+	}
+	if (journal.lock_fd >= 0) {
+		close(journal.lock_fd);
+		journal.lock_fd = -1;
 	}
 }

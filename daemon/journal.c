@@ -508,12 +508,13 @@ static void journal_errmsg(int rc, char *buf, size_t len)
  * Writes one batch in one transaction.  Returns SQLITE_OK, or the error
  * after rolling back.
  */
-static int journal_commit(const struct jev *b)
+static int journal_commit(const struct jev *b, size_t *ndone)
 {
 	struct journal_idset fin;
 	uint64_t max_id = 0;
 	int rc;
 
+	*ndone = 0;
 	journal_idset_init(&fin, b);
 	rc = sqlite3_exec(journal.db, "BEGIN", NULL, NULL, NULL);
 	for (const struct jev *e = b; rc == SQLITE_OK && e != NULL;
@@ -521,6 +522,7 @@ static int journal_commit(const struct jev *b)
 		rc = journal_write(e, &fin);
 		if (e->type == JEV_SPAWN && e->id > max_id)
 			max_id = e->id;
+		*ndone += e->type == JEV_SPAWN && e->done != NULL;
 	}
 	if (rc == SQLITE_OK && max_id > 0) {
 		sqlite3_bind_int64(journal.st[JST_MAXID], 1,
@@ -564,6 +566,53 @@ static void journal_complete(const struct jev *b, int err, const char *msg)
 		          "go unanswered", n);
 		free(c);
 	}
+}
+
+static void journal_run_prunes(struct jev *b);
+
+/*
+ * After a commit: hands the spawn callbacks (ndone of them) to the reactor
+ * and frees the batch in one pass (a large batch is cold in the cache:
+ * every pass over it costs), then runs the prunes it held.
+ */
+static void journal_done(struct jev *b, size_t ndone)
+{
+	struct journal_completion *c = NULL;
+	struct jev *prunes = NULL, **ptail = &prunes;
+
+	if (ndone > 0) {
+		c = malloc(sizeof(*c) + ndone * sizeof(c->cb[0]));
+		if (c == NULL)
+			log_warnx("journal: out of memory; %zu spawns go "
+			          "unanswered", ndone);
+		else
+			c->n = 0, c->err = 0, c->msg[0] = '\0';
+	}
+	while (b != NULL) {
+		struct jev *next = b->next;
+		if (b->type == JEV_PRUNE) {
+			b->next = NULL;
+			*ptail = b;
+			ptail = &b->next;
+		} else {
+			if (c != NULL && b->type == JEV_SPAWN && b->done != NULL) {
+				c->cb[c->n].done = b->done;
+				c->cb[c->n++].arg = b->arg;
+			}
+			free(b);
+		}
+		b = next;
+	}
+	if (c != NULL) {
+		int rc = reactor_call(journal_complete_cb, c);
+		if (rc < 0) {
+			log_errno(rc, "journal: cannot reach the reactor; %zu "
+			          "spawns go unanswered", c->n);
+			free(c);
+		}
+	}
+	journal_run_prunes(prunes);
+	journal_free_chain(prunes);
 }
 
 static void journal_run_prunes(struct jev *b)
@@ -677,20 +726,20 @@ static void *journal_main(void *arg)
 			b = journal.retained;
 			journal.retained = NULL;
 		}
-		int rc = journal_commit(b);
+		size_t ndone;
+		int rc = journal_commit(b, &ndone);
 		if (rc == SQLITE_OK) {
 			if (failing)
 				log_info("journal: writing again");
 			failing = false;
-			journal_complete(b, 0, NULL);
-			journal_run_prunes(b);
-			journal_free_chain(b);
+			journal_done(b, ndone);
 		} else {
 			failing = true;
 			journal_fail(b, rc);
 			if (journal.stopping) {
 				/* At stop, one more try is all we can give. */
-				int rc2 = journal_commit(journal.retained);
+				int rc2 = journal_commit(journal.retained,
+				                         &ndone);
 				if (rc2 != SQLITE_OK)
 					log_warnx("journal: %s: task updates lost "
 					          "at stop; recovery will see those "

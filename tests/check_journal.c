@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "journal.h"
@@ -52,6 +53,16 @@ static void jcleanup(void)
 static void jpath(char *buf, size_t len, const char *name)
 {
 	snprintf(buf, len, "%s/%s", jdir, name);
+}
+
+/* Now, in µs since the epoch: finish times the retention (30 days by
+ * default) leaves alone. */
+static uint64_t jnow_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
 static int64_t jquery(const char *sql)
@@ -228,22 +239,25 @@ START_TEST(commit_then_complete)
 	                 RT_QUEUED);
 	ck_assert_int_eq(jquery("SELECT value FROM meta"), 1);
 	jspawn(2, "noop", 0);
-	journal_started(1, 10);
+	uint64_t t = jnow_us();
+	journal_started(1, t);
 	struct journal_finish f = { .id = 1, .state = RT_SUCCEEDED,
-	                            .started_us = 10, .finished_us = 20,
+	                            .started_us = t, .finished_us = t + 1,
 	                            .value = (const uint8_t *)"v",
 	                            .value_len = 1 };
 	journal_finished(&f);
 	/* A second finish of the same task must not change the row. */
 	f.state = RT_FAILED;
-	f.finished_us = 30;
+	f.finished_us = t + 2;
 	journal_finished(&f);
 	journal_started(2, 11);
 	jspawn(3, "noop", 0);   /* the FIFO: committed after the above */
 	ck_assert_int_eq(jquery("SELECT state FROM tasks WHERE id = 1"),
 	                 RT_SUCCEEDED);
-	ck_assert_int_eq(jquery("SELECT finished_us FROM tasks WHERE id = 1"), 20);
-	ck_assert_int_eq(jquery("SELECT started_us FROM tasks WHERE id = 1"), 10);
+	ck_assert_int_eq(jquery("SELECT finished_us FROM tasks WHERE id = 1"),
+	                 (int64_t)t + 1);
+	ck_assert_int_eq(jquery("SELECT started_us FROM tasks WHERE id = 1"),
+	                 (int64_t)t);
 	ck_assert_int_eq(jquery("SELECT state FROM tasks WHERE id = 2"),
 	                 RT_RUNNING);
 	journal_cancel_requested(2);
@@ -276,7 +290,7 @@ START_TEST(prune_keeps_max_id)
 	for (uint64_t id = 1; id <= 5; id++) {
 		jspawn(id, "noop", 0);
 		struct journal_finish f = { .id = id, .state = RT_SUCCEEDED,
-		                            .finished_us = id };
+		                            .finished_us = jnow_us() };
 		if (id < 5)   /* 5 stays queued: never pruned */
 			journal_finished(&f);
 		snprintf(out, sizeof(out), "%s/output/%llu.log", jdir,
@@ -313,7 +327,8 @@ START_TEST(recover_states)
 	jspawn(3, "sleep", 2);    /* running, retry: queued again */
 	jspawn(4, "noop", 0);     /* queued: runs again */
 	jspawn(5, "sleep", 0);    /* running, cancel requested: cancelled */
-	struct journal_finish f = { .id = 1, .state = RT_SUCCEEDED };
+	struct journal_finish f = { .id = 1, .state = RT_SUCCEEDED,
+	                            .finished_us = jnow_us() };
 	journal_finished(&f);
 	journal_started(2, 5);
 	journal_started(3, 5);

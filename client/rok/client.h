@@ -144,6 +144,8 @@ typedef struct rok_task_info {
 				    * meaningful then */
 	size_t n_args;
 	const rok_bytes *args;     /* as spawned */
+	uint32_t retries;          /* times run again because rokd stopped
+				    * while it ran (at most the spec's retry) */
 } rok_task_info;
 
 /*

@@ -365,10 +365,15 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 		return err;
 	}
 	pthread_mutex_lock(&tab.lock);
-	if (r->state == RT_QUEUED || r->state == RT_RUNNING)
+	if (r->state == RT_QUEUED || r->state == RT_RUNNING) {
 		r->handle = h;   /* kept for join, race and cancel */
-	else
+		/* A spawn whose journal commit completed after the stop began
+		 * (tasktab_cancel_all): stopped like the others. */
+		if (tab.stopping)
+			rok_task_cancel(h);
+	} else {
 		rok_task_unref(h);   /* it finished already */
+	}
 	pthread_mutex_unlock(&tab.lock);
 	return 0;
 }

@@ -638,13 +638,25 @@ static void journal_run_prunes(struct jev *b)
 /* Splits a failed batch: spawns and prunes are answered, the rest kept. */
 static void journal_fail(struct jev *b, int rc)
 {
+	static time_t last_log;
+	static unsigned long quiet;
 	char msg[200];
 	struct jev **keep = &journal.retained;
+	struct timespec now;
 
 	journal_errmsg(rc, msg, sizeof(msg));
-	log_warnx("%s (%s); the spawns of this batch are refused, the "
-	          "task updates are kept for the next attempt", msg,
-	          sqlite3_errstr(rc));
+	/* A dead disk fails every attempt (10 a second): one line per 10 s. */
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (now.tv_sec - last_log >= 10 || last_log == 0) {
+		log_warnx("%s (%s); the spawns of this batch are refused, the "
+		          "task updates are kept for the next attempt (%lu "
+		          "more failed commits not logged)", msg,
+		          sqlite3_errstr(rc), quiet);
+		last_log = now.tv_sec;
+		quiet = 0;
+	} else {
+		quiet++;
+	}
 	journal_complete(b, -EIO, msg);
 	while (*keep != NULL)
 		keep = &(*keep)->next;

@@ -44,9 +44,10 @@ int cmd_create_task(struct conn *c, const TaskSpec *spec, struct rtask **out,
 }
 
 /*
- * A spawn waiting for its journal commit.  The wait counted on the
- * connection (conn_begin_wait) keeps it alive and bounds how many spawns
- * one client may have pending.
+ * A spawn waiting for its journal commit.  A spawn that its task will
+ * answer (wait without a time limit) counts as a wait on the connection
+ * (conn_begin_wait, bounded by max_in_flight) from the start; any other is
+ * held (conn_hold) until it is answered.  Either keeps the connection alive.
  */
 struct spawn_pending {
 	struct conn *conn;
@@ -57,6 +58,20 @@ struct spawn_pending {
 	size_t spec_len;
 	uint8_t spec[];             /* packed TaskSpec */
 };
+
+static bool spawn_answered_by_task(const struct spawn_pending *p)
+{
+	return p->wait && p->wait_timeout_ms == 0;
+}
+
+/* Lets the connection go when the spawn was answered here. */
+static void spawn_let_go(const struct spawn_pending *p)
+{
+	if (spawn_answered_by_task(p))
+		conn_end_wait(p->conn);
+	else
+		conn_release(p->conn);
+}
 
 /* Reactor thread, after the commit (err 0) or its failure. */
 static void cmd_spawn_done(void *arg, int err, const char *msg)
@@ -70,7 +85,7 @@ static void cmd_spawn_done(void *arg, int err, const char *msg)
 		tasktab_discard(p->rec);
 		conn_send_error(c, p->req_id, ROK__V1__ERROR_CODE__UNAVAILABLE,
 		                "%s; the task was not spawned", msg);
-		conn_end_wait(c);
+		spawn_let_go(p);
 		free(p);
 		return;
 	}
@@ -81,8 +96,13 @@ static void cmd_spawn_done(void *arg, int err, const char *msg)
 		snprintf(o.reason, sizeof(o.reason), "could not start: out of "
 		         "memory");
 		tasktab_finish(p->rec, &o);
+		if (spawn_answered_by_task(p)) {
+			tasktab_reply(id, &(struct rt_reply){ c, p->req_id });
+			free(p);
+			return;
+		}
 	}
-	if (p->wait && p->wait_timeout_ms == 0 && spec != NULL) {
+	if (spawn_answered_by_task(p)) {
 		/* The task answers when it ends, ending the wait begun. */
 		struct rt_reply reply = { c, p->req_id };
 		(void)tasktab_start(p->rec, spec, &reply);
@@ -106,7 +126,7 @@ static void cmd_spawn_done(void *arg, int err, const char *msg)
 		resp.spawn = &sr;
 		conn_send(c, &resp);
 	}
-	conn_end_wait(c);
+	conn_release(c);
 	free(p);
 }
 
@@ -118,44 +138,48 @@ static void cmd_spawn_done(void *arg, int err, const char *msg)
 void cmd_spawn(struct conn *c, const Request *req)
 {
 	const Rok__V1__SpawnRequest *sp = req->spawn;
-	struct rtask *r;
+	size_t len = sp->spec != NULL
+	             ? rok__v1__task_spec__get_packed_size(sp->spec) : 0;
+	struct spawn_pending *p = malloc(sizeof(*p) + len);
 	char err[160];
 
-	if (!conn_begin_wait(c, req->id))
-		return;   /* answered: too many requests in flight */
-	int code = cmd_create_task(c, sp->spec, &r, err, sizeof(err));
-	if (code != 0) {
-		conn_send_error(c, req->id, (ErrorCode)code, "%s", err);
-		conn_end_wait(c);
-		return;
-	}
-	size_t len = rok__v1__task_spec__get_packed_size(sp->spec);
-	struct spawn_pending *p = malloc(sizeof(*p) + len);
 	if (p == NULL) {
-		tasktab_discard(r);
 		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__INTERNAL,
 		                "out of memory");
-		conn_end_wait(c);
 		return;
 	}
 	p->conn = c;
 	p->req_id = req->id;
-	p->rec = r;
 	p->wait = sp->wait;
 	p->wait_timeout_ms = sp->wait_timeout_ms;
+	if (spawn_answered_by_task(p)) {
+		if (!conn_begin_wait(c, req->id)) {
+			free(p);
+			return;   /* answered: too many requests in flight */
+		}
+	} else {
+		conn_hold(c);
+	}
+	int code = cmd_create_task(c, sp->spec, &p->rec, err, sizeof(err));
+	if (code != 0) {
+		conn_send_error(c, req->id, (ErrorCode)code, "%s", err);
+		spawn_let_go(p);
+		free(p);
+		return;
+	}
 	p->spec_len = rok__v1__task_spec__pack(sp->spec, p->spec);
 	struct journal_spawn_item item = {
-		.id = tasktab_id(r), .uid = conn_uid(c),
+		.id = tasktab_id(p->rec), .uid = conn_uid(c),
 		.kind = kind_find(sp->spec->kind.data, sp->spec->kind.len)->name,
 		.spec = p->spec, .spec_len = p->spec_len,
-		.spawned_us = tasktab_spawned_us(r),
+		.spawned_us = tasktab_spawned_us(p->rec),
 	};
 	int e = journal_spawn(&item, 1, cmd_spawn_done, p);
 	if (e < 0) {
-		tasktab_discard(r);
+		tasktab_discard(p->rec);
 		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__UNAVAILABLE,
 		                "journal: %s", strerror(-e));
-		conn_end_wait(c);
+		spawn_let_go(p);
 		free(p);
 	}
 }

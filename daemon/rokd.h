@@ -224,6 +224,14 @@ bool conn_begin_wait(struct conn *c, uint64_t id);
 /* Reactor thread: ends a wait begun with conn_begin_wait without a reply
  * (the request was answered some other way). */
 void conn_end_wait(struct conn *c);
+/*
+ * Reactor thread: a plain spawn waiting for its journal commit keeps the
+ * connection alive (and a stop waits for it) until conn_release.  Not
+ * counted against max_in_flight: a plain spawn is no waiting request, and
+ * max_queued bounds how many there can be (each holds a queued record).
+ */
+void conn_hold(struct conn *c);
+void conn_release(struct conn *c);
 
 /* Any thread: encodes resp now and delivers it on the reactor thread, ending
  * a wait begun with conn_begin_wait. */

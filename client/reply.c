@@ -143,6 +143,7 @@ static void reply_task(struct reply_box *b, const Rok__V1__TaskInfo *m,
 	t->started_us = m->started_us;
 	t->finished_us = m->finished_us;
 	t->output_truncated = m->output_truncated;
+	t->retries = m->retries;
 	t->reason = reply_bytes(b, m->reason);
 	reply_error(b, m->error, &t->error);
 	args = reply_array(b, m->n_args, sizeof(*args));
@@ -277,6 +278,10 @@ static void reply_body(struct reply_box *b, const Rok__V1__Response *m)
 			reply_tasks(b, &l->task, 1);
 		break;
 	}
+	case ROK__V1__RESPONSE__BODY_PRUNE:
+		r->type = ROK_REPLY_PRUNE;
+		r->pruned = m->prune->pruned;
+		break;
 	default:   /* no body, or one newer than this library */
 		r->type = ROK_REPLY_NONE;
 		break;

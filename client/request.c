@@ -389,6 +389,38 @@ int rok_client_stats(rok_client *c, rok_daemon_stats *out)
 	return 0;
 }
 
+int rok_client_send_prune(rok_client *c, uint64_t older_than_ms,
+			  bool keep_set, uint64_t keep, uint64_t *req_id)
+{
+	Rok__V1__Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__PruneRequest body = ROK__V1__PRUNE_REQUEST__INIT;
+
+	body.older_than_ms = older_than_ms;
+	body.keep_set = keep_set;
+	body.keep = keep;
+	req.body_case = ROK__V1__REQUEST__BODY_PRUNE;
+	req.prune = &body;
+	return client_send(c, &req, req_id);
+}
+
+int rok_client_prune(rok_client *c, uint64_t older_than_ms, bool keep_set,
+		     uint64_t keep, uint64_t *pruned)
+{
+	rok_reply *r;
+	uint64_t rid;
+	int rc = rok_client_send_prune(c, older_than_ms, keep_set, keep, &rid);
+
+	if (pruned != NULL)
+		*pruned = 0;
+	rc = request_finish(c, rc, rid, ROK_REPLY_PRUNE, &r);
+	if (r == NULL)
+		return rc;
+	if (pruned != NULL)
+		*pruned = r->pruned;
+	rok_reply_free(r);
+	return 0;
+}
+
 int rok_client_send_ping(rok_client *c, const void *payload, size_t n,
 			 uint64_t *req_id)
 {

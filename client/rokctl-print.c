@@ -11,7 +11,7 @@
  * JSON object per task: id, state, kind, exit_code (number or null),
  * signal (number or null), value (+ value_base64 when value is not valid
  * UTF-8, see json.c), output_truncated, reason (string or null), uid,
- * spawned_us / started_us / finished_us (µs since the epoch, or null),
+ * retries, spawned_us / started_us / finished_us (µs since the epoch, or null),
  * args.  An id the daemon could not look up gives
  * {"id":N,"error":"not_found","message":"..."} instead.
  */
@@ -172,6 +172,7 @@ static void print_json_task(const rok_task_info *t, long index)
 	else
 		json_null(&o, "reason");
 	json_u64(&o, "uid", t->uid);
+	json_u64(&o, "retries", t->retries);
 	const struct { const char *key; uint64_t v; } times[] = {
 		{ "spawned_us", t->spawned_us },
 		{ "started_us", t->started_us },

@@ -2,10 +2,79 @@
  * cmd-select.c — spawn every spec; the first to finish wins and the others
  * are cancelled.  All specs are checked before any is spawned.
  */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "journal.h"
 #include "rokd.h"
 #include "waiter.h"
+
+/* A select waiting for its journal commit: every spec is journaled in one
+ * batch, and the tasks start together once it committed. */
+struct select_pending {
+	struct conn *conn;
+	uint64_t req_id;
+	uint64_t timeout_ms;
+	size_t n;
+	struct {
+		struct rtask *rec;
+		uint8_t *spec;          /* packed */
+		size_t spec_len;
+	} task[];
+};
+
+/* Drops the records (never started nor acknowledged) and p. */
+static void select_drop(struct select_pending *p)
+{
+	for (size_t i = 0; i < p->n; i++) {
+		tasktab_discard(p->task[i].rec);
+		free(p->task[i].spec);
+	}
+	free(p);
+}
+
+/* Reactor thread, after the commit (err 0) or its failure. */
+static void select_done(void *arg, int err, const char *msg)
+{
+	struct select_pending *p = arg;
+	struct conn *c = p->conn;
+
+	if (err < 0) {
+		conn_send_error(c, p->req_id, ROK__V1__ERROR_CODE__UNAVAILABLE,
+		                "%s; no task was spawned", msg);
+		select_drop(p);
+		conn_end_wait(c);
+		return;
+	}
+	uint64_t *ids = malloc(p->n * sizeof(*ids));
+	for (size_t i = 0; i < p->n; i++) {
+		TaskSpec *spec = rok__v1__task_spec__unpack(
+			NULL, p->task[i].spec_len, p->task[i].spec);
+		/* Before the start: a record that fails may be evicted. */
+		if (ids != NULL)
+			ids[i] = tasktab_id(p->task[i].rec);
+		if (spec != NULL) {
+			(void)tasktab_start(p->task[i].rec, spec, NULL);
+		} else {
+			struct rt_outcome o = { .state = RT_FAILED };
+			snprintf(o.reason, sizeof(o.reason), "could not start: "
+			         "out of memory");
+			tasktab_finish(p->task[i].rec, &o);
+		}
+		rok__v1__task_spec__free_unpacked(spec, NULL);
+		free(p->task[i].spec);
+	}
+	if (ids != NULL)
+		(void)waiter_start(c, p->req_id, WAIT_SELECT, ids, p->n,
+		                   p->timeout_ms, true);
+	else
+		conn_send_error(c, p->req_id, ROK__V1__ERROR_CODE__INTERNAL,
+		                "out of memory");
+	free(ids);
+	free(p);
+	conn_end_wait(c);
+}
 
 void cmd_select(struct conn *c, const Request *req)
 {
@@ -30,27 +99,61 @@ void cmd_select(struct conn *c, const Request *req)
 			return;
 		}
 	}
-	uint64_t *ids = malloc(n * sizeof(*ids));
-	if (ids == NULL) {
+	struct select_pending *p = calloc(1, sizeof(*p) +
+	                                  n * sizeof(p->task[0]));
+	struct journal_spawn_item *items = calloc(n, sizeof(*items));
+	if (p == NULL || items == NULL) {
+		free(p);
+		free(items);
 		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__INTERNAL,
 		                "out of memory");
 		return;
 	}
+	if (!conn_begin_wait(c, req->id)) {
+		free(p);
+		free(items);
+		return;   /* answered */
+	}
+	p->conn = c;
+	p->req_id = req->id;
+	p->timeout_ms = s->timeout_ms;
+	p->n = n;
 	for (size_t i = 0; i < n; i++) {
-		struct rtask *r;
-		int code = cmd_create_task(c, s->specs[i], &r, err, sizeof(err));
+		int code = cmd_create_task(c, s->specs[i], &p->task[i].rec, err,
+		                           sizeof(err));
+		size_t len = code == 0 ? rok__v1__task_spec__get_packed_size(
+		                                 s->specs[i]) : 0;
+		if (code == 0 && (p->task[i].spec = malloc(len + 1)) == NULL) {
+			tasktab_discard(p->task[i].rec);
+			code = ROK__V1__ERROR_CODE__INTERNAL;
+			snprintf(err, sizeof(err), "out of memory");
+		}
 		if (code != 0) {
-			/* Those created already run on, as spawned tasks. */
-			for (size_t k = 0; k < i; k++)
-				(void)tasktab_cancel(ids[k], conn_uid(c));
+			/* Nothing was started: those created are dropped. */
+			p->n = i;
+			select_drop(p);
+			free(items);
 			conn_send_error(c, req->id, (ErrorCode)code,
 			                "spec %zu: %s", i, err);
-			free(ids);
+			conn_end_wait(c);
 			return;
 		}
-		ids[i] = tasktab_id(r);
-		(void)tasktab_start(r, s->specs[i], NULL);
+		p->task[i].spec_len = rok__v1__task_spec__pack(s->specs[i],
+		                                               p->task[i].spec);
+		items[i] = (struct journal_spawn_item){
+			.id = tasktab_id(p->task[i].rec), .uid = conn_uid(c),
+			.kind = kind_find(s->specs[i]->kind.data,
+			                  s->specs[i]->kind.len)->name,
+			.spec = p->task[i].spec, .spec_len = p->task[i].spec_len,
+			.spawned_us = tasktab_spawned_us(p->task[i].rec),
+		};
 	}
-	(void)waiter_start(c, req->id, WAIT_SELECT, ids, n, s->timeout_ms, true);
-	free(ids);
+	int e = journal_spawn(items, n, select_done, p);
+	free(items);
+	if (e < 0) {
+		select_drop(p);
+		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__UNAVAILABLE,
+		                "journal: %s", strerror(-e));
+		conn_end_wait(c);
+	}
 }

@@ -1,9 +1,13 @@
 /*
  * cmd-spawn.c — spawn one task; with wait, answer when it has finished.
+ * Reactor thread.  The acknowledgement waits for the journal (journal.c).
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "journal.h"
 #include "rokd.h"
 #include "waiter.h"
 
@@ -39,44 +43,143 @@ int cmd_create_task(struct conn *c, const TaskSpec *spec, struct rtask **out,
 	return 0;
 }
 
-void cmd_spawn(struct conn *c, const Request *req)
-{
-	const Rok__V1__SpawnRequest *sp = req->spawn;
-	/* Waiting with no time limit: the task answers when it ends, with no
-	 * waiting task of its own.  The wait is counted before the task
-	 * exists, so a refusal leaves nothing behind. */
-	bool answered_by_task = sp->wait && sp->wait_timeout_ms == 0;
-	struct rtask *r;
-	char err[160];
+/*
+ * A spawn waiting for its journal commit.  A spawn that its task will
+ * answer (wait without a time limit) counts as a wait on the connection
+ * (conn_begin_wait, bounded by max_in_flight) from the start; any other is
+ * held (conn_hold) until it is answered.  Either keeps the connection alive.
+ */
+struct spawn_pending {
+	struct conn *conn;
+	uint64_t req_id;
+	struct rtask *rec;
+	bool wait;
+	uint64_t wait_timeout_ms;
+	size_t spec_len;
+	uint8_t spec[];             /* packed TaskSpec */
+};
 
-	if (answered_by_task && !conn_begin_wait(c, req->id))
-		return;   /* answered: too many requests in flight */
-	int code = cmd_create_task(c, sp->spec, &r, err, sizeof(err));
-	if (code != 0) {
-		if (answered_by_task)
-			reply_post_error(c, req->id, (ErrorCode)code, err);
-		else
-			conn_send_error(c, req->id, (ErrorCode)code, "%s", err);
+static bool spawn_answered_by_task(const struct spawn_pending *p)
+{
+	return p->wait && p->wait_timeout_ms == 0;
+}
+
+/* Lets the connection go when the spawn was answered here. */
+static void spawn_let_go(const struct spawn_pending *p)
+{
+	if (spawn_answered_by_task(p))
+		conn_end_wait(p->conn);
+	else
+		conn_release(p->conn);
+}
+
+/* Reactor thread, after the commit (err 0) or its failure. */
+static void cmd_spawn_done(void *arg, int err, const char *msg)
+{
+	struct spawn_pending *p = arg;
+	struct conn *c = p->conn;
+	TaskSpec *spec = NULL;
+
+	if (err < 0) {
+		/* Never acknowledged, never started: it did not happen. */
+		tasktab_discard(p->rec);
+		conn_send_error(c, p->req_id, ROK__V1__ERROR_CODE__UNAVAILABLE,
+		                "%s; the task was not spawned", msg);
+		spawn_let_go(p);
+		free(p);
 		return;
 	}
-	uint64_t id = tasktab_id(r);
-	if (answered_by_task) {
-		struct rt_reply reply = { c, req->id };
-		(void)tasktab_start(r, sp->spec, &reply);
+	uint64_t id = tasktab_id(p->rec);   /* before it may finish */
+	spec = rok__v1__task_spec__unpack(NULL, p->spec_len, p->spec);
+	if (spec == NULL) {
+		struct rt_outcome o = { .state = RT_FAILED };
+		snprintf(o.reason, sizeof(o.reason), "could not start: out of "
+		         "memory");
+		tasktab_finish(p->rec, &o);
+		if (spawn_answered_by_task(p)) {
+			tasktab_reply(id, &(struct rt_reply){ c, p->req_id });
+			free(p);
+			return;
+		}
+	}
+	if (spawn_answered_by_task(p)) {
+		/* The task answers when it ends, ending the wait begun. */
+		struct rt_reply reply = { c, p->req_id };
+		(void)tasktab_start(p->rec, spec, &reply);
+		rok__v1__task_spec__free_unpacked(spec, NULL);
+		free(p);
 		return;
 	}
 	/* A task that fails to start is recorded as failed: still an id. */
-	(void)tasktab_start(r, sp->spec, NULL);
-	if (sp->wait) {
-		(void)waiter_start(c, req->id, WAIT_SPAWN, &id, 1,
-		                   sp->wait_timeout_ms, false);
+	if (spec != NULL)
+		(void)tasktab_start(p->rec, spec, NULL);
+	rok__v1__task_spec__free_unpacked(spec, NULL);
+	if (p->wait) {
+		(void)waiter_start(c, p->req_id, WAIT_SPAWN, &id, 1,
+		                   p->wait_timeout_ms, false);
+	} else {
+		Response resp = ROK__V1__RESPONSE__INIT;
+		Rok__V1__SpawnReply sr = ROK__V1__SPAWN_REPLY__INIT;
+		sr.id = id;
+		resp.id = p->req_id;
+		resp.body_case = ROK__V1__RESPONSE__BODY_SPAWN;
+		resp.spawn = &sr;
+		conn_send(c, &resp);
+	}
+	conn_release(c);
+	free(p);
+}
+
+/*
+ * The record is created now (its id is taken), journaled, and only once
+ * the journal committed it is the task started and the spawn answered
+ * (cmd_spawn_done): an acknowledged spawn is never lost.
+ */
+void cmd_spawn(struct conn *c, const Request *req)
+{
+	const Rok__V1__SpawnRequest *sp = req->spawn;
+	size_t len = sp->spec != NULL
+	             ? rok__v1__task_spec__get_packed_size(sp->spec) : 0;
+	struct spawn_pending *p = malloc(sizeof(*p) + len);
+	char err[160];
+
+	if (p == NULL) {
+		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__INTERNAL,
+		                "out of memory");
 		return;
 	}
-	Response resp = ROK__V1__RESPONSE__INIT;
-	Rok__V1__SpawnReply sr = ROK__V1__SPAWN_REPLY__INIT;
-	sr.id = id;
-	resp.id = req->id;
-	resp.body_case = ROK__V1__RESPONSE__BODY_SPAWN;
-	resp.spawn = &sr;
-	conn_send(c, &resp);
+	p->conn = c;
+	p->req_id = req->id;
+	p->wait = sp->wait;
+	p->wait_timeout_ms = sp->wait_timeout_ms;
+	if (spawn_answered_by_task(p)) {
+		if (!conn_begin_wait(c, req->id)) {
+			free(p);
+			return;   /* answered: too many requests in flight */
+		}
+	} else {
+		conn_hold(c);
+	}
+	int code = cmd_create_task(c, sp->spec, &p->rec, err, sizeof(err));
+	if (code != 0) {
+		conn_send_error(c, req->id, (ErrorCode)code, "%s", err);
+		spawn_let_go(p);
+		free(p);
+		return;
+	}
+	p->spec_len = rok__v1__task_spec__pack(sp->spec, p->spec);
+	struct journal_spawn_item item = {
+		.id = tasktab_id(p->rec), .uid = conn_uid(c),
+		.kind = kind_find(sp->spec->kind.data, sp->spec->kind.len)->name,
+		.spec = p->spec, .spec_len = p->spec_len,
+		.spawned_us = tasktab_spawned_us(p->rec),
+	};
+	int e = journal_spawn(&item, 1, cmd_spawn_done, p);
+	if (e < 0) {
+		tasktab_discard(p->rec);
+		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__UNAVAILABLE,
+		                "journal: %s", strerror(-e));
+		spawn_let_go(p);
+		free(p);
+	}
 }

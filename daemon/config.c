@@ -66,6 +66,10 @@ void config_defaults(struct config *c)
 	c->max_connections = 4096;
 	c->max_task_output = 64ull << 20;
 	c->kill_grace_ms = 5000;
+	/* journal */
+	c->durability_full = true;
+	c->keep_finished = 1000000;
+	c->keep_finished_for_ns = 30 * 24 * 3600 * 1000000000ll;
 }
 
 void config_free(struct config *c)
@@ -156,11 +160,34 @@ static int config_set(struct config *c, const char *key, const char *v,
 		/* exec tasks */
 		CFG_U("max_task_output", max_task_output, 1ull << 40),
 		CFG_D("kill_grace", kill_grace_ms),
+		/* journal */
+		CFG_U("keep_finished", keep_finished, 1ull << 40),
 #undef CFG_D
 #undef CFG_U
 #undef CFG_S
 	};
 
+	/* journal: keys whose values are words or durations */
+	if (strcmp(key, "durability") == 0) {
+		if (strcmp(v, "full") != 0 && strcmp(v, "normal") != 0) {
+			snprintf(err, len, "durability: expected full or normal, "
+			         "not %s", v);
+			return -1;
+		}
+		c->durability_full = strcmp(v, "full") == 0;
+		return 0;
+	}
+	if (strcmp(key, "keep_finished_for") == 0) {
+		int64_t ns = 0;
+		if (strcmp(v, "0") != 0 &&
+		    duration_parse(v, strlen(v), &ns) < 0) {
+			snprintf(err, len, "keep_finished_for: not a duration "
+			         "(e.g. 720h) nor 0: %s", v);
+			return -1;
+		}
+		c->keep_finished_for_ns = ns;
+		return 0;
+	}
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
 		if (strcmp(keys[i].key, key) != 0)
 			continue;

@@ -41,6 +41,7 @@ struct conn {
 	pid_t pid;
 	uint64_t serial;          /* for log lines */
 	unsigned in_flight;       /* waits not answered yet */
+	size_t held;              /* spawns waiting for the journal */
 	bool hello_done;
 	bool dead;                /* closed: no more reading or writing */
 	bool draining;            /* shutdown: close once flushed and answered */
@@ -193,7 +194,7 @@ void conn_accept(int fd)
 /* Closes a draining connection once it owes nothing more. */
 static void conn_maybe_finish(struct conn *c)
 {
-	if (!c->draining || c->dead || c->in_flight > 0)
+	if (!c->draining || c->dead || c->in_flight > 0 || c->held > 0)
 		return;
 	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
 		conn_close(c, "shutdown");
@@ -345,6 +346,26 @@ bool conn_begin_wait(struct conn *c, uint64_t id)
 	c->in_flight++;
 	conn_ref(c);
 	return true;
+}
+
+void conn_end_wait(struct conn *c)
+{
+	c->in_flight--;
+	conn_maybe_finish(c);
+	conn_unref(c);
+}
+
+void conn_hold(struct conn *c)
+{
+	c->held++;
+	conn_ref(c);
+}
+
+void conn_release(struct conn *c)
+{
+	c->held--;
+	conn_maybe_finish(c);
+	conn_unref(c);
 }
 
 struct delivery {

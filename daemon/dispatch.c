@@ -17,6 +17,7 @@ static const struct cmd cmds[] = {
 	{ ROK__V1__REQUEST__BODY_STATS, "stats", cmd_stats },
 	{ ROK__V1__REQUEST__BODY_PING, "ping", cmd_ping },
 	{ ROK__V1__REQUEST__BODY_LOGS, "logs", cmd_logs },
+	{ ROK__V1__REQUEST__BODY_PRUNE, "prune", cmd_prune },
 };
 
 void dispatch(struct conn *c, const Request *req)

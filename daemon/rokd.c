@@ -5,9 +5,16 @@
  * the listening socket, starts the runtime and hands the socket to the
  * reactor thread.  Then it only waits for signals (blocked everywhere, taken
  * with sigwait): SIGHUP reloads what can be reloaded, SIGTERM and SIGINT
- * stop the daemon: stop accepting, cancel the tasks still running, answer
- * every request in flight (the waits see their tasks end), close the
- * connections once their replies are flushed, stop the runtime, exit 0.
+ * stop the daemon: stop accepting, cancel the tasks still running (they
+ * are recorded as interrupted and stay unfinished in the journal, so the
+ * next start runs them again or reports them interrupted), answer every
+ * request in flight (the waits see their tasks end), close the connections
+ * once their replies are flushed, stop the runtime, write what the journal
+ * has queued, exit 0.
+ *
+ * Start order: the journal is opened (or rokd refuses to start) before the
+ * runtime, recovered after it (recovered tasks need workers) and before the
+ * socket accepts anything.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +29,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "journal.h"
 #include "reactor.h"
 #include "rokd.h"
 
@@ -243,6 +251,8 @@ static void rokd_reload(const struct rokd_opts *o)
 	config.max_connections = fresh.max_connections;
 	config.max_task_output = fresh.max_task_output;
 	config.kill_grace_ms = fresh.kill_grace_ms;
+	config.keep_finished = fresh.keep_finished;
+	config.keep_finished_for_ns = fresh.keep_finished_for_ns;
 	config_free(&fresh);
 	log_info("SIGHUP: limits reloaded from %s", o->config_file);
 }
@@ -271,12 +281,20 @@ int main(int argc, char **argv)
 		fatalx("exec tasks: %s", strerror(-err));
 	if ((err = tasktab_init()) < 0)
 		fatalx("task table: %s", strerror(-err));
+	char jerr[1024];
+	if (journal_open(jerr, sizeof(jerr)) < 0)
+		fatalx("%s", jerr);
 	int fd = server_open();
 	if (fd < 0)
 		fatalx("cannot listen on %s: %s", config.socket_path,
 		       strerror(-fd));
 	if ((err = rok_start()) < 0)
 		fatalx("cannot start the runtime: %s", strerror(-err));
+	/* Before the socket accepts: the ids and tasks of the journal first. */
+	if (journal_recover(jerr, sizeof(jerr)) < 0)
+		fatalx("%s", jerr);
+	if ((err = journal_start()) < 0)
+		fatalx("cannot start the journal thread: %s", strerror(-err));
 	if ((err = server_start(fd)) < 0)
 		fatalx("cannot start accepting: %s", strerror(-err));
 	struct rok_stats st;
@@ -320,6 +338,8 @@ int main(int argc, char **argv)
 	}
 	if ((err = rok_stop()) < 0)
 		log_errno(err, "stopping the runtime");
+	/* Every task has ended and told the journal: write it all. */
+	journal_stop();
 	tasktab_free();
 	config_free(&config);
 	log_info("stopped");

@@ -52,6 +52,10 @@ struct config {
 	/* exec tasks */
 	uint64_t max_task_output;   /* bytes of output kept per task */
 	uint64_t kill_grace_ms;     /* SIGTERM to SIGKILL, default */
+	/* journal */
+	bool durability_full;       /* durability = full (else normal) */
+	uint64_t keep_finished;     /* finished tasks kept in the journal */
+	int64_t keep_finished_for_ns; /* and for how long; 0: no age limit */
 };
 
 extern struct config config;
@@ -165,6 +169,21 @@ bool tasktab_finished(uint64_t id);
 size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
                     TaskInfo **infos, bool *more);
 
+/*
+ * The journal's side (journal-*.c).  tasktab_set_next_id: ids continue
+ * from `next` (recovery).  tasktab_restore: a queued record with a known
+ * id (recovery; no max_queued check).  tasktab_discard: drops a record that
+ * was never started nor acknowledged (its spawn could not be journaled).
+ * tasktab_forget: a finished task was pruned, it is gone from memory too.
+ */
+void tasktab_set_next_id(uint64_t next);
+int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
+                    const TaskSpec *spec, uint64_t spawned_us,
+                    uint32_t retries, struct rtask **out);
+void tasktab_discard(struct rtask *r);
+void tasktab_forget(uint64_t id);
+uint64_t tasktab_spawned_us(const struct rtask *r);
+
 /* Tasks by state, for stats. */
 void tasktab_counts(uint64_t counts[RT_NSTATES]);
 
@@ -249,6 +268,17 @@ void conn_send_error(struct conn *c, uint64_t id, ErrorCode code,
  * until reply_post delivers its answer.
  */
 bool conn_begin_wait(struct conn *c, uint64_t id);
+/* Reactor thread: ends a wait begun with conn_begin_wait without a reply
+ * (the request was answered some other way). */
+void conn_end_wait(struct conn *c);
+/*
+ * Reactor thread: a plain spawn waiting for its journal commit keeps the
+ * connection alive (and a stop waits for it) until conn_release.  Not
+ * counted against max_in_flight: a plain spawn is no waiting request, and
+ * max_queued bounds how many there can be (each holds a queued record).
+ */
+void conn_hold(struct conn *c);
+void conn_release(struct conn *c);
 
 /* Any thread: encodes resp now and delivers it on the reactor thread, ending
  * a wait begun with conn_begin_wait. */
@@ -291,6 +321,7 @@ void cmd_status(struct conn *c, const Request *req);
 void cmd_list(struct conn *c, const Request *req);
 void cmd_stats(struct conn *c, const Request *req);
 void cmd_logs(struct conn *c, const Request *req);
+void cmd_prune(struct conn *c, const Request *req);
 
 /* Validates a spec and creates its record: 0 or an ErrorCode with a message
  * in err.  Shared by spawn and select. */

@@ -14,7 +14,16 @@
  * memory stays bounded under any load.  An unfinished record is never
  * forgotten: its runtime task points at it.
  *
- * Ids are never reused: one counter, increasing.
+ * Ids are never reused: one counter, increasing, continued across
+ * restarts from the journal (tasktab_set_next_id).
+ *
+ * The journal (journal.c) hears of every start, finish and cancel request
+ * of a record; a record that is not in memory (evicted, or finished before
+ * a restart) is looked up in the journal by status, join and list.  At a
+ * clean stop (tasktab_cancel_all) the tasks the daemon cancels itself are
+ * marked interrupted here and NOT journaled as finished: their rows stay
+ * queued/running, so the next start runs them again (retry left, or never
+ * started) or records them as interrupted, as after a crash.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -23,6 +32,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "journal.h"
 #include "rokd.h"
 
 struct rtask {
@@ -40,6 +50,9 @@ struct rtask {
 	char *reason;
 	void *ctl;                     /* kind->cancel's argument, if set */
 	uint64_t spawned_us, started_us, finished_us;
+	uint32_t retries;              /* runs again after an interruption */
+	bool cancel_requested;         /* by a client, not by the shutdown */
+	bool gone;                     /* pruned: no longer visible */
 	rok_task *handle;              /* the runtime task, until finished */
 	struct rtask *hnext;           /* hash chain */
 	struct rtask *prev, *next;     /* all records, in id order */
@@ -56,6 +69,7 @@ static struct {
 	struct rtask *fhead, *ftail;   /* finished, oldest first */
 	uint64_t nfinished;
 	uint64_t counts[RT_NSTATES];
+	bool stopping;                 /* tasktab_cancel_all ran */
 } tab = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static uint64_t tasktab_now_us(void)
@@ -143,6 +157,28 @@ static void tasktab_grow(void)
 	free(old);
 }
 
+/* Lock held.  Takes r out of the hash and the id list and frees it; the
+ * caller took it off the finished FIFO (or it was never on it). */
+static void tasktab_unlink(struct rtask *r)
+{
+	struct rtask **p = &tab.buckets[tasktab_bucket(r->id)];
+
+	while (*p != r)
+		p = &(*p)->hnext;
+	*p = r->hnext;
+	if (r->prev != NULL)
+		r->prev->next = r->next;
+	else
+		tab.head = r->next;
+	if (r->next != NULL)
+		r->next->prev = r->prev;
+	else
+		tab.tail = r->prev;
+	tab.count--;
+	tab.counts[r->state]--;
+	tasktab_free_record(r);
+}
+
 /* Lock held.  Forgets the oldest finished records beyond the cap. */
 static void tasktab_evict(void)
 {
@@ -152,21 +188,7 @@ static void tasktab_evict(void)
 		if (tab.fhead == NULL)
 			tab.ftail = NULL;
 		tab.nfinished--;
-		struct rtask **p = &tab.buckets[tasktab_bucket(r->id)];
-		while (*p != r)
-			p = &(*p)->hnext;
-		*p = r->hnext;
-		if (r->prev != NULL)
-			r->prev->next = r->next;
-		else
-			tab.head = r->next;
-		if (r->next != NULL)
-			r->next->prev = r->prev;
-		else
-			tab.tail = r->prev;
-		tab.count--;
-		tab.counts[r->state]--;
-		tasktab_free_record(r);
+		tasktab_unlink(r);
 	}
 }
 
@@ -191,29 +213,26 @@ static ProtobufCBinaryData *tasktab_copy_args(const TaskSpec *spec)
 	return a;
 }
 
-int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
-                   struct rtask **out)
+static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
+                                       const TaskSpec *spec)
 {
 	struct rtask *r = calloc(1, sizeof(*r));
 
-	*out = NULL;
 	if (r == NULL || (r->args = tasktab_copy_args(spec)) == NULL) {
 		free(r);
-		return -ENOMEM;
+		return NULL;
 	}
 	r->nargs = spec->n_args;
 	r->uid = uid;
 	r->kind = k;
 	r->state = RT_QUEUED;
 	r->spawned_us = tasktab_now_us();
+	return r;
+}
 
-	pthread_mutex_lock(&tab.lock);
-	if (tab.counts[RT_QUEUED] >= config.max_queued) {
-		pthread_mutex_unlock(&tab.lock);
-		tasktab_free_record(r);
-		return -EAGAIN;
-	}
-	r->id = tab.next_id++;
+/* Lock held.  Adds a queued record; ids arrive in increasing order. */
+static void tasktab_insert(struct rtask *r)
+{
 	tab.counts[RT_QUEUED]++;
 	if (tab.count >= tab.nbuckets)
 		tasktab_grow();
@@ -228,9 +247,79 @@ int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
 	tab.tail = r;
 	tab.count++;
 	tasktab_evict();
+}
+
+int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
+                   struct rtask **out)
+{
+	struct rtask *r = tasktab_new_record(uid, k, spec);
+
+	*out = NULL;
+	if (r == NULL)
+		return -ENOMEM;
+	pthread_mutex_lock(&tab.lock);
+	if (tab.counts[RT_QUEUED] >= config.max_queued) {
+		pthread_mutex_unlock(&tab.lock);
+		tasktab_free_record(r);
+		return -EAGAIN;
+	}
+	r->id = tab.next_id++;
+	tasktab_insert(r);
 	pthread_mutex_unlock(&tab.lock);
 	*out = r;
 	return 0;
+}
+
+int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
+                    const TaskSpec *spec, uint64_t spawned_us,
+                    uint32_t retries, struct rtask **out)
+{
+	struct rtask *r = tasktab_new_record(uid, k, spec);
+
+	*out = NULL;
+	if (r == NULL)
+		return -ENOMEM;
+	r->id = id;
+	r->spawned_us = spawned_us;
+	r->retries = retries;
+	pthread_mutex_lock(&tab.lock);
+	tasktab_insert(r);
+	if (tab.next_id <= id)
+		tab.next_id = id + 1;
+	pthread_mutex_unlock(&tab.lock);
+	*out = r;
+	return 0;
+}
+
+void tasktab_set_next_id(uint64_t next)
+{
+	pthread_mutex_lock(&tab.lock);
+	if (tab.next_id < next)
+		tab.next_id = next;
+	pthread_mutex_unlock(&tab.lock);
+}
+
+void tasktab_discard(struct rtask *r)
+{
+	pthread_mutex_lock(&tab.lock);
+	tasktab_unlink(r);   /* queued, never started: not on the FIFO */
+	pthread_mutex_unlock(&tab.lock);
+}
+
+void tasktab_forget(uint64_t id)
+{
+	pthread_mutex_lock(&tab.lock);
+	struct rtask *r = tasktab_find(id);
+	/* Left on the finished FIFO (it is singly linked); eviction frees it
+	 * in its turn. */
+	if (r != NULL && r->state >= RT_SUCCEEDED)
+		r->gone = true;
+	pthread_mutex_unlock(&tab.lock);
+}
+
+uint64_t tasktab_spawned_us(const struct rtask *r)
+{
+	return r->spawned_us;
 }
 
 uint64_t tasktab_id(const struct rtask *r)
@@ -278,10 +367,15 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 		return err;
 	}
 	pthread_mutex_lock(&tab.lock);
-	if (r->state == RT_QUEUED || r->state == RT_RUNNING)
+	if (r->state == RT_QUEUED || r->state == RT_RUNNING) {
 		r->handle = h;   /* kept for join, race and cancel */
-	else
+		/* A spawn whose journal commit completed after the stop began
+		 * (tasktab_cancel_all): stopped like the others. */
+		if (tab.stopping)
+			rok_task_cancel(h);
+	} else {
 		rok_task_unref(h);   /* it finished already */
+	}
 	pthread_mutex_unlock(&tab.lock);
 	return 0;
 }
@@ -289,16 +383,30 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 void tasktab_running(struct rtask *r)
 {
 	pthread_mutex_lock(&tab.lock);
-	if (r->state == RT_QUEUED) {
+	bool started = r->state == RT_QUEUED;
+	if (started) {
 		tasktab_set_state(r, RT_RUNNING);
 		r->started_us = tasktab_now_us();
 	}
+	uint64_t id = r->id, us = r->started_us;
 	pthread_mutex_unlock(&tab.lock);
+	if (started)
+		journal_started(id, us);
 }
 
 void tasktab_finish(struct rtask *r, struct rt_outcome *o)
 {
 	pthread_mutex_lock(&tab.lock);
+	/* Cancelled by the shutdown, not by a client: interrupted, and its
+	 * row stays unfinished for the next start to deal with. */
+	bool journaled = true;
+	if (tab.stopping && o->state == RT_CANCELLED && !r->cancel_requested) {
+		o->state = RT_INTERRUPTED;
+		snprintf(o->reason, sizeof(o->reason), "rokd stopped while it "
+		         "ran; the next start runs it again or records it as "
+		         "interrupted");
+		journaled = false;
+	}
 	tasktab_set_state(r, o->state);
 	r->finished_us = tasktab_now_us();
 	r->value = o->value;
@@ -321,6 +429,17 @@ void tasktab_finish(struct rtask *r, struct rt_outcome *o)
 		tab.fhead = r;
 	tab.ftail = r;
 	tab.nfinished++;
+	struct journal_finish jf = {
+		.id = r->id, .state = r->state, .started_us = r->started_us,
+		.finished_us = r->finished_us, .value = r->value,
+		.value_len = r->value_len, .has_exit_code = r->has_exit_code,
+		.exit_code = r->exit_code, .has_signal = r->has_signal,
+		.signal = r->signal, .reason = r->reason,
+		.output_truncated = r->output_truncated,
+	};
+	/* Copied under the lock: eviction may free r once it is dropped. */
+	if (journaled)
+		journal_finished(&jf);
 	pthread_mutex_unlock(&tab.lock);
 	/*
 	 * Dropped after unlocking: the poll that calls this still holds the
@@ -335,7 +454,7 @@ static int tasktab_visible(uint64_t id, uid_t uid, struct rtask **out)
 	struct rtask *r = tasktab_find(id);
 
 	*out = NULL;
-	if (r == NULL)
+	if (r == NULL || r->gone)
 		return ROK__V1__ERROR_CODE__NOT_FOUND;
 	if (uid != 0 && r->uid != uid)
 		return ROK__V1__ERROR_CODE__PERMISSION_DENIED;
@@ -352,7 +471,12 @@ int tasktab_lookup(uint64_t id, uid_t uid, rok_task **handle)
 	int code = tasktab_visible(id, uid, &r);
 	if (code == 0 && r->handle != NULL)
 		*handle = rok_task_ref(r->handle);
+	bool absent = code == ROK__V1__ERROR_CODE__NOT_FOUND && r == NULL &&
+	              tasktab_find(id) == NULL;
 	pthread_mutex_unlock(&tab.lock);
+	/* Not in memory: finished long ago, or before a restart. */
+	if (absent)
+		code = journal_read_info(id, uid, NULL);
 	return code;
 }
 
@@ -403,6 +527,7 @@ static void tasktab_fill(const struct rtask *r, TaskInfo *info)
 	info->spawned_us = r->spawned_us;
 	info->started_us = r->started_us;
 	info->finished_us = r->finished_us;
+	info->retries = r->retries;
 	if (r->reason != NULL && (info->reason.data = tasktab_dup(
 		                          r->reason, strlen(r->reason))) != NULL)
 		info->reason.len = strlen(r->reason);
@@ -427,7 +552,11 @@ void tasktab_info(uint64_t id, uid_t uid, TaskInfo *info)
 	int code = tasktab_visible(id, uid, &r);
 	if (code == 0)
 		tasktab_fill(r, info);
+	bool absent = code == ROK__V1__ERROR_CODE__NOT_FOUND &&
+	              tasktab_find(id) == NULL;
 	pthread_mutex_unlock(&tab.lock);
+	if (absent)
+		code = journal_read_info(id, uid, info);
 	if (code != 0)
 		tasktab_set_error(info, id, code);
 }
@@ -487,9 +616,19 @@ int tasktab_cancel(uint64_t id, uid_t uid)
 
 	pthread_mutex_lock(&tab.lock);
 	int code = tasktab_visible(id, uid, &r);
-	if (code == 0)
+	bool live = code == 0 && (r->handle != NULL || r->ctl != NULL);
+	bool journal = live && !r->cancel_requested;
+	if (live) {
+		r->cancel_requested = true;
 		tasktab_cancel_one(r);
+	}
+	bool absent = code == ROK__V1__ERROR_CODE__NOT_FOUND &&
+	              tasktab_find(id) == NULL;
 	pthread_mutex_unlock(&tab.lock);
+	if (journal)
+		journal_cancel_requested(id);
+	if (absent)   /* finished before a restart: nothing to cancel */
+		code = journal_read_info(id, uid, NULL);
 	return code;
 }
 
@@ -515,24 +654,69 @@ bool tasktab_finished(uint64_t id)
 	return done;
 }
 
+/*
+ * Merges two id-ordered sources: the records in memory (which hold every
+ * unfinished task and the newest finished ones, always current) and the
+ * journal's rows (everything journaled, finished ones possibly evicted
+ * from memory).  A journal row whose task is in memory is skipped: the
+ * record is the truth (the row may lag by one batch).
+ */
 size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
                     TaskInfo **infos, bool *more)
 {
-	size_t n = 0;
+	uint64_t *jids = malloc((limit + 1) * sizeof(*jids));
+	bool *from_journal = calloc(limit + 1, sizeof(*from_journal));
+	int nj = 0;
+	size_t n = 0, j = 0;
 
 	*more = false;
+	if (jids != NULL && from_journal != NULL) {
+		nj = journal_read_ids(uid, state, after, limit + 1, jids);
+		if (nj < 0)
+			nj = 0;
+	}
 	pthread_mutex_lock(&tab.lock);
-	for (struct rtask *r = tab.head; r != NULL; r = r->next) {
-		if (r->id <= after || (uid != 0 && r->uid != uid) ||
-		    (state != 0 && r->state != state))
-			continue;
+	struct rtask *r = tab.head;
+	for (;;) {
+		while (r != NULL && (r->id <= after || r->gone ||
+		       (uid != 0 && r->uid != uid) ||
+		       (state != 0 && r->state != state)))
+			r = r->next;
+		while (j < (size_t)nj && (jids[j] <= after ||
+		       (r != NULL && jids[j] == r->id) ||
+		       ((r == NULL || jids[j] < r->id) &&
+		        tasktab_find(jids[j]) != NULL)))
+			j++;
+		bool mem = r != NULL && (j == (size_t)nj || r->id < jids[j]);
+		if (!mem && j == (size_t)nj)
+			break;
 		if (n == limit) {
 			*more = true;
 			break;
 		}
-		tasktab_fill(r, infos[n++]);
+		if (mem) {
+			tasktab_fill(r, infos[n++]);
+			after = r->id;
+			r = r->next;
+		} else {
+			infos[n]->id = jids[j];
+			from_journal[n++] = true;
+			after = jids[j++];
+		}
 	}
 	pthread_mutex_unlock(&tab.lock);
+	if (nj == (int)(limit + 1) && j == (size_t)nj)
+		*more = true;   /* the journal may hold more beyond its page */
+	for (size_t i = 0; i < n; i++) {
+		if (!from_journal[i])
+			continue;
+		uint64_t id = infos[i]->id;
+		int code = journal_read_info(id, uid, infos[i]);
+		if (code != 0)   /* pruned meanwhile */
+			tasktab_set_error(infos[i], id, code);
+	}
+	free(jids);
+	free(from_journal);
 	return n;
 }
 
@@ -546,6 +730,7 @@ void tasktab_counts(uint64_t counts[RT_NSTATES])
 void tasktab_cancel_all(void)
 {
 	pthread_mutex_lock(&tab.lock);
+	tab.stopping = true;
 	for (struct rtask *r = tab.head; r != NULL; r = r->next)
 		if (r->state == RT_QUEUED || r->state == RT_RUNNING)
 			tasktab_cancel_one(r);

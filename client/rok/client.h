@@ -144,6 +144,8 @@ typedef struct rok_task_info {
 				    * meaningful then */
 	size_t n_args;
 	const rok_bytes *args;     /* as spawned */
+	uint32_t retries;          /* times run again because rokd stopped
+				    * while it ran (at most the spec's retry) */
 } rok_task_info;
 
 /*
@@ -203,6 +205,7 @@ enum rok_reply_type {
 	ROK_REPLY_STATS,
 	ROK_REPLY_PING,
 	ROK_REPLY_LOGS,
+	ROK_REPLY_PRUNE,
 };
 
 /* A piece of a task's output (rok.v1.LogChunk). */
@@ -223,6 +226,7 @@ typedef struct rok_log_chunk {
  *   CANCEL  results (one per id, code 0 / NOT_FOUND / PERMISSION_DENIED)
  *   STATS   stats
  *   PING    payload
+ *   PRUNE   pruned
  *   HELLO   server
  *   LOGS    chunks (output, in the order the task wrote it); end: the
  *           last reply of the stream, with tasks[0] the task as it is then
@@ -248,6 +252,7 @@ typedef struct rok_reply {
 	size_t n_chunks;
 	const rok_log_chunk *chunks;
 	bool end;
+	uint64_t pruned;           /* PRUNE: tasks deleted */
 } rok_reply;
 
 /* Frees a reply and everything in it.  NULL is fine. */
@@ -358,6 +363,16 @@ int rok_client_list(rok_client *c, int state, uint64_t after_id,
 
 int rok_client_stats(rok_client *c, rok_daemon_stats *out);
 
+/*
+ * Deletes finished tasks (and their output) from the daemon's journal:
+ * those finished more than older_than_ms ago (0: no age limit) and, if
+ * keep_set, those beyond the `keep` most recent finished ones.  With
+ * neither, the daemon applies its configured retention now.  *pruned
+ * (may be NULL) gets the count.  Root only on a system daemon.
+ */
+int rok_client_prune(rok_client *c, uint64_t older_than_ms, bool keep_set,
+		     uint64_t keep, uint64_t *pruned);
+
 /* A round trip; the daemon must echo payload (n bytes, may be 0). */
 int rok_client_ping(rok_client *c, const void *payload, size_t n);
 
@@ -401,6 +416,8 @@ int rok_client_send_status(rok_client *c, const uint64_t *ids, size_t n,
 int rok_client_send_list(rok_client *c, int state, uint64_t after_id,
 			 uint32_t limit, uint64_t *req_id);
 int rok_client_send_stats(rok_client *c, uint64_t *req_id);
+int rok_client_send_prune(rok_client *c, uint64_t older_than_ms,
+			  bool keep_set, uint64_t keep, uint64_t *req_id);
 int rok_client_send_ping(rok_client *c, const void *payload, size_t n,
 			 uint64_t *req_id);
 

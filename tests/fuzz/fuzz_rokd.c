@@ -14,17 +14,37 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "journal.h"
 #include "reactor.h"
 #include "rokd.h"
 #include "wire.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static char fuzz_dir[] = "/tmp/fuzz_rokd.XXXXXX";
+
+/* The journal's files go with the process (the journal thread may still
+ * hold them open: unlinking is fine). */
+static void fuzz_cleanup(void)
+{
+	static const char *const names[] = {
+		"journal.db", "journal.db-wal", "journal.db-shm", "rokd.lock",
+	};
+	char path[128];
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", fuzz_dir, names[i]);
+		unlink(path);
+	}
+	rmdir(fuzz_dir);
+}
 
 static void fuzz_accept_cb(void *arg)
 {
@@ -40,7 +60,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	config.max_queued = 10000;
 	config.max_finished = 10000;
 	setenv("ROK_WORKERS", "2", 1);
-	if (tasktab_init() < 0 || rok_start() < 0)
+	/* A journal of its own, in a fresh directory removed at exit. */
+	char err[512];
+	if (mkdtemp(fuzz_dir) == NULL)
+		abort();
+	atexit(fuzz_cleanup);
+	free(config.state_dir);
+	config.state_dir = strdup(fuzz_dir);
+	config.durability_full = false;
+	if (config.state_dir == NULL || tasktab_init() < 0 ||
+	    journal_open(err, sizeof(err)) < 0 || rok_start() < 0 ||
+	    journal_recover(err, sizeof(err)) < 0 || journal_start() < 0)
 		abort();
 	return 0;
 }

@@ -1,0 +1,141 @@
+/*
+ * journal-prune.c — retention: deleting finished tasks from the journal,
+ * with their output files.
+ *
+ * Journal thread only (it owns the write connection), between batches: a
+ * prune is queued like any event (journal_prune), and the thread also
+ * applies rokd.conf's keep_finished / keep_finished_for every minute.  Rows
+ * go in chunks of JOURNAL_PRUNE_CHUNK, each chunk its own transaction, so a
+ * large prune never makes one huge transaction; a chunk's output files are
+ * unlinked after it committed (a crash in between leaves an orphan file,
+ * never a row whose output is gone).  Only finished rows are touched:
+ * queued and running tasks are never pruned.  meta.max_id is never lowered,
+ * so pruning the newest task cannot make its id be handed out again.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "journal.h"
+
+#define JOURNAL_PRUNE_CHUNK 1000
+
+static void journal_prune_unlink(uint64_t id)
+{
+	char path[4200];
+
+	snprintf(path, sizeof(path), "%s/output/%llu.log", config.state_dir,
+	         (unsigned long long)id);
+	if (unlink(path) != 0 && errno != ENOENT)
+		log_warn("prune: unlink %s", path);
+}
+
+/* The id below which finished tasks are beyond the `keep` newest: 0 when
+ * there are not that many. */
+static int journal_prune_cutoff(sqlite3 *db, uint64_t keep, uint64_t *cut)
+{
+	sqlite3_stmt *st;
+	int rc = sqlite3_prepare_v2(db, "SELECT id FROM tasks WHERE state >= 3 "
+	                            "ORDER BY id DESC LIMIT 1 OFFSET ?1", -1,
+	                            &st, NULL);
+
+	*cut = 0;
+	if (rc != SQLITE_OK)
+		return rc;
+	sqlite3_bind_int64(st, 1, keep > INT64_MAX ? INT64_MAX
+	                                          : (sqlite3_int64)keep);
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW)
+		*cut = (uint64_t)sqlite3_column_int64(st, 0) + 1;
+	sqlite3_finalize(st);
+	return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+int64_t journal_prune_run(sqlite3 *db, uint64_t before_us, uint64_t keep)
+{
+	sqlite3_stmt *sel = NULL, *del = NULL;
+	uint64_t cut = 0, after = 0, ids[JOURNAL_PRUNE_CHUNK];
+	int64_t total = 0;
+	int rc;
+
+	if (keep != UINT64_MAX &&
+	    (rc = journal_prune_cutoff(db, keep, &cut)) != SQLITE_OK)
+		goto fail;
+	if (cut == 0 && before_us == 0)
+		return 0;
+	rc = sqlite3_prepare_v2(db, "SELECT id FROM tasks WHERE id > ?1 AND "
+	                        "state >= 3 AND (id < ?2 OR finished_us < ?3) "
+	                        "ORDER BY id LIMIT ?4", -1, &sel, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(db, "DELETE FROM tasks WHERE id = ?1",
+		                        -1, &del, NULL);
+	if (rc != SQLITE_OK)
+		goto fail;
+	for (;;) {
+		size_t n = 0;
+		sqlite3_bind_int64(sel, 1, (sqlite3_int64)after);
+		sqlite3_bind_int64(sel, 2, (sqlite3_int64)cut);
+		sqlite3_bind_int64(sel, 3, (sqlite3_int64)before_us);
+		sqlite3_bind_int(sel, 4, JOURNAL_PRUNE_CHUNK);
+		while ((rc = sqlite3_step(sel)) == SQLITE_ROW)
+			ids[n++] = (uint64_t)sqlite3_column_int64(sel, 0);
+		sqlite3_reset(sel);
+		if (rc != SQLITE_DONE)
+			goto fail;
+		if (n == 0)
+			break;
+		rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+		for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
+			sqlite3_bind_int64(del, 1, (sqlite3_int64)ids[i]);
+			rc = sqlite3_step(del);
+			sqlite3_reset(del);
+			if (rc == SQLITE_DONE)
+				rc = SQLITE_OK;
+		}
+		if (rc == SQLITE_OK)
+			rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+		if (rc != SQLITE_OK) {
+			if (!sqlite3_get_autocommit(db))
+				(void)sqlite3_exec(db, "ROLLBACK", NULL, NULL,
+				                   NULL);
+			goto fail;
+		}
+		for (size_t i = 0; i < n; i++) {
+			tasktab_forget(ids[i]);
+			journal_prune_unlink(ids[i]);
+		}
+		total += (int64_t)n;
+		after = ids[n - 1];
+		if (n < JOURNAL_PRUNE_CHUNK)
+			break;
+	}
+	sqlite3_finalize(sel);
+	sqlite3_finalize(del);
+	return total;
+fail:
+	log_warnx("prune: %s", sqlite3_errstr(rc));
+	sqlite3_finalize(sel);
+	sqlite3_finalize(del);
+	return (rc & 0xff) == SQLITE_FULL ? -ENOSPC : -EIO;
+}
+
+void journal_prune_retention(sqlite3 *db)
+{
+	uint64_t before = 0;
+
+	if (config.keep_finished_for_ns > 0) {
+		struct timeval tv;
+		gettimeofday(&tv, NULL);
+		uint64_t now = (uint64_t)tv.tv_sec * 1000000 +
+		               (uint64_t)tv.tv_usec;
+		uint64_t age = (uint64_t)(config.keep_finished_for_ns / 1000);
+		before = now > age ? now - age : 0;
+	}
+	int64_t n = journal_prune_run(db, before, config.keep_finished);
+	if (n > 0)
+		log_info("journal: pruned %lld finished tasks (retention)",
+		         (long long)n);
+}

@@ -1,0 +1,208 @@
+/*
+ * journal-recover.c — replaying the journal when rokd starts.
+ *
+ * Main thread, after the runtime started and before the journal thread and
+ * the socket: nothing else touches the database or the task table yet.
+ * In one transaction:
+ *   - an unfinished task whose cancellation was requested is cancelled;
+ *   - a task that was running (its process, if any, died with rokd) runs
+ *     again if its spec allows a retry not used yet (retries counts them),
+ *     else it becomes interrupted, with the reason;
+ * then every queued task (those just given a retry included) is put back
+ * into the task table with its id, uid and spec and started.  Finished
+ * tasks stay in the journal only: status, join and list read them from
+ * there (journal-read.c).  New ids continue above the largest id ever
+ * handed out (meta.max_id, which pruning never lowers, or the largest row).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "journal.h"
+
+static uint64_t journal_recover_now_us(void)
+{
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	return (uint64_t)tv.tv_sec * 1000000 + (uint64_t)tv.tv_usec;
+}
+
+static int journal_recover_int(sqlite3 *db, const char *sql, int64_t *v)
+{
+	sqlite3_stmt *st;
+	int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+
+	*v = 0;
+	if (rc != SQLITE_OK)
+		return rc;
+	if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		*v = sqlite3_column_int64(st, 0);
+		rc = SQLITE_OK;
+	} else if (rc == SQLITE_DONE) {
+		rc = SQLITE_OK;
+	}
+	sqlite3_finalize(st);
+	return rc;
+}
+
+/* Running tasks: retried or interrupted.  Counts into *retried, *lost. */
+static int journal_recover_running(sqlite3 *db, uint64_t now,
+                                   unsigned *retried, unsigned *lost)
+{
+	sqlite3_stmt *sel, *upd;
+	int rc = sqlite3_prepare_v2(db, "SELECT id, spec, retries FROM tasks "
+	                            "WHERE state = 2", -1, &sel, NULL);
+
+	if (rc != SQLITE_OK)
+		return rc;
+	rc = sqlite3_prepare_v2(db, "UPDATE tasks SET state = ?2, retries = ?3, "
+	                        "started_us = CASE WHEN ?2 = 1 THEN 0 ELSE started_us END, "
+	                        "finished_us = ?4, reason = ?5 "
+	                        "WHERE id = ?1", -1, &upd, NULL);
+	if (rc != SQLITE_OK) {
+		sqlite3_finalize(sel);
+		return rc;
+	}
+	while ((rc = sqlite3_step(sel)) == SQLITE_ROW) {
+		int64_t id = sqlite3_column_int64(sel, 0);
+		int64_t retries = sqlite3_column_int64(sel, 2);
+		TaskSpec *spec = rok__v1__task_spec__unpack(
+			NULL, (size_t)sqlite3_column_bytes(sel, 1),
+			sqlite3_column_blob(sel, 1));
+		bool again = spec != NULL && retries < (int64_t)spec->retry;
+		rok__v1__task_spec__free_unpacked(spec, NULL);
+		sqlite3_bind_int64(upd, 1, id);
+		if (again) {
+			sqlite3_bind_int(upd, 2, RT_QUEUED);
+			sqlite3_bind_int64(upd, 3, retries + 1);
+			sqlite3_bind_int64(upd, 4, 0);
+			sqlite3_bind_null(upd, 5);
+			(*retried)++;
+		} else {
+			sqlite3_bind_int(upd, 2, RT_INTERRUPTED);
+			sqlite3_bind_int64(upd, 3, retries);
+			sqlite3_bind_int64(upd, 4, (sqlite3_int64)now);
+			sqlite3_bind_text(upd, 5, spec == NULL
+			        ? "rokd stopped while it ran; its spec is "
+			          "unreadable, so it was not run again"
+			        : "rokd stopped while it ran (crash, kill or "
+			          "shutdown); no retry left", -1, SQLITE_STATIC);
+			(*lost)++;
+		}
+		int rc2 = sqlite3_step(upd);
+		sqlite3_reset(upd);
+		if (rc2 != SQLITE_DONE) {
+			rc = rc2;
+			break;
+		}
+	}
+	sqlite3_finalize(sel);
+	sqlite3_finalize(upd);
+	return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* Queued tasks back into the table, started. */
+static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
+                                  unsigned *bad)
+{
+	sqlite3_stmt *sel;
+	int rc = sqlite3_prepare_v2(db, "SELECT id, uid, spec, spawned_us, "
+	                            "retries FROM tasks WHERE state = 1 "
+	                            "ORDER BY id", -1, &sel, NULL);
+
+	if (rc != SQLITE_OK)
+		return rc;
+	while ((rc = sqlite3_step(sel)) == SQLITE_ROW) {
+		uint64_t id = (uint64_t)sqlite3_column_int64(sel, 0);
+		TaskSpec *spec = rok__v1__task_spec__unpack(
+			NULL, (size_t)sqlite3_column_bytes(sel, 2),
+			sqlite3_column_blob(sel, 2));
+		const struct kind *k = spec != NULL
+		        ? kind_find(spec->kind.data, spec->kind.len) : NULL;
+		char why[160] = "";
+		if (k == NULL)
+			snprintf(why, sizeof(why), "cannot run it again after a "
+			         "restart: %s", spec == NULL ? "unreadable spec"
+			         : "unknown task kind");
+		else if (k->check(spec, why, sizeof(why)) == 0)
+			why[0] = '\0';   /* a failing check left its message */
+		struct rtask *r;
+		int err = tasktab_restore(id,
+		        (uid_t)sqlite3_column_int64(sel, 1), k != NULL ? k
+		        : &kind_noop, spec != NULL ? spec
+		        : &(TaskSpec)ROK__V1__TASK_SPEC__INIT,
+		        (uint64_t)sqlite3_column_int64(sel, 3),
+		        (uint32_t)sqlite3_column_int64(sel, 4), &r);
+		if (err < 0) {
+			rok__v1__task_spec__free_unpacked(spec, NULL);
+			sqlite3_finalize(sel);
+			return SQLITE_NOMEM;
+		}
+		if (why[0] != '\0') {
+			struct rt_outcome o = { .state = RT_FAILED };
+			snprintf(o.reason, sizeof(o.reason), "%s", why);
+			tasktab_finish(r, &o);
+			(*bad)++;
+		} else {
+			(void)tasktab_start(r, spec, NULL);
+			(*requeued)++;
+		}
+		rok__v1__task_spec__free_unpacked(spec, NULL);
+	}
+	sqlite3_finalize(sel);
+	return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+int journal_recover(char *err, size_t len)
+{
+	sqlite3 *db = journal_db();
+	int64_t max_meta, max_row;
+	unsigned retried = 0, lost = 0, requeued = 0, bad = 0;
+	char msg[256];
+	uint64_t now = journal_recover_now_us();
+	int rc;
+
+	if ((rc = journal_recover_int(db, "SELECT value FROM meta WHERE key = "
+	                              "'max_id'", &max_meta)) != SQLITE_OK ||
+	    (rc = journal_recover_int(db, "SELECT max(id) FROM tasks",
+	                              &max_row)) != SQLITE_OK)
+		goto fail;
+	tasktab_set_next_id((uint64_t)(max_meta > max_row ? max_meta : max_row)
+	                    + 1);
+	if ((rc = journal_schema_exec(db, "BEGIN IMMEDIATE", msg, sizeof(msg))))
+		goto fail;
+	sqlite3_stmt *st;
+	rc = sqlite3_prepare_v2(db, "UPDATE tasks SET state = 5, "
+	                        "finished_us = ?1, reason = 'cancelled; rokd "
+	                        "stopped before it ended' WHERE state IN (1, 2) "
+	                        "AND cancel_requested != 0", -1, &st, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)now);
+		rc = sqlite3_step(st);
+		sqlite3_finalize(st);
+		rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+	}
+	if (rc == SQLITE_OK)
+		rc = journal_recover_running(db, now, &retried, &lost);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+	if (rc != SQLITE_OK) {
+		(void)sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+		goto fail;
+	}
+	if ((rc = journal_recover_queued(db, &requeued, &bad)) != SQLITE_OK)
+		goto fail;
+	if (retried + lost + requeued + bad > 0 || max_row > 0)
+		log_info("journal: recovered: %u queued again (%u of them "
+		         "retried after an interruption), %u interrupted, %u "
+		         "could not run again; ids continue after %lld",
+		         requeued, retried, lost, bad,
+		         (long long)(max_meta > max_row ? max_meta : max_row));
+	return 0;
+fail:
+	snprintf(err, len, "journal recovery failed: %s", sqlite3_errmsg(db));
+	return -1;
+}

@@ -1,0 +1,818 @@
+/*
+ * journal.c — the journal thread: a FIFO of events, group commit, failure
+ * handling.
+ *
+ * Any thread queues events (spawn, start, finish, cancel request, prune)
+ * into one FIFO under a mutex and signals a condition variable when the
+ * journal thread sleeps.  The journal thread, which alone owns the write
+ * connection, takes everything queued at once and writes it in one
+ * BEGIN ... COMMIT with prepared statements: while one commit waits for its
+ * fsync, the next batch piles up, so one fsync covers all the spawns of all
+ * clients that arrived meanwhile (group commit).  Only after COMMIT returned
+ * OK are the batch's spawns completed: their callbacks run on the reactor
+ * thread (one reactor_call per batch), which starts the tasks and sends the
+ * acknowledgements.  A task therefore starts only once its row is durable,
+ * and its start and finish events always come after its insert in the
+ * FIFO.  A start followed by the finish of the same task in one batch is
+ * written as the finish alone.
+ *
+ * When a commit fails (disk full, I/O error) the transaction is rolled back,
+ * every spawn of the batch is completed with an error (never acknowledged;
+ * its record is dropped by the callback), and the other events (start,
+ * finish, cancel) are kept, in order, and written with the next batch: they
+ * must not be lost, and they cannot block spawns forever, because a later
+ * batch either commits them together with its spawns or fails the spawns
+ * for the same reason (the disk is still broken).  While only such retries
+ * are pending the thread waits 100 ms between attempts, so a dead disk does
+ * not make it spin; a new event wakes it at once.  The retained events are
+ * bounded by the tasks that were running when the disk broke: no spawn gets
+ * through until a commit succeeds.
+ *
+ * Lock order: journal.lock is a leaf (nothing else is taken under it).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "journal.h"
+#include "reactor.h"
+
+enum {
+	JEV_SPAWN,
+	JEV_START,
+	JEV_FINISH,
+	JEV_CANCEL,
+	JEV_PRUNE,
+};
+
+struct jev {
+	struct jev *next;
+	int type;
+	uint64_t id;
+	/* JEV_SPAWN: the last event of a request carries its callback. */
+	journal_done_fn *done;
+	void *arg;
+	union {
+		struct {
+			uid_t uid;
+			uint64_t spawned_us;
+			size_t spec_len, kind_len;
+			uint8_t *spec, *kind;          /* in this allocation */
+		} sp;
+		struct {
+			uint64_t started_us;
+		} st;
+		struct {
+			int state;
+			uint64_t started_us, finished_us;
+			uint8_t *value;                /* in this allocation */
+			size_t value_len;
+			char *reason;                  /* idem, or NULL */
+			bool has_exit_code, has_signal, truncated;
+			int exit_code, signal;
+		} fi;
+		struct {
+			uint64_t before_us, keep;
+			journal_prune_fn *done;
+			void *arg;
+		} pr;
+	} u;
+};
+
+enum {
+	JST_INSERT,
+	JST_START,
+	JST_FINISH,
+	JST_CANCEL,
+	JST_MAXID,
+	JST_COUNT,
+};
+
+static const char *const journal_sql[JST_COUNT] = {
+	[JST_INSERT] = "INSERT INTO tasks (id, uid, kind, spec, state, "
+	               "spawned_us) VALUES (?1, ?2, ?3, ?4, 1, ?5)",
+	/* A finished row never changes again: state < 3 guards both. */
+	[JST_START] = "UPDATE tasks SET state = 2, started_us = ?2 "
+	              "WHERE id = ?1 AND state < 3",
+	[JST_FINISH] = "UPDATE tasks SET state = ?2, started_us = ?3, "
+	               "finished_us = ?4, value = ?5, exit_code = ?6, "
+	               "signal = ?7, reason = ?8, output_truncated = ?9 "
+	               "WHERE id = ?1 AND state < 3",
+	[JST_CANCEL] = "UPDATE tasks SET cancel_requested = 1 WHERE id = ?1",
+	[JST_MAXID] = "UPDATE meta SET value = ?1 WHERE key = 'max_id' AND "
+	              "value < ?1",
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct jev *head, *tail;      /* queued; under lock */
+	bool sleeping, stopping, running;
+	pthread_t thread;
+	sqlite3 *db;
+	sqlite3_stmt *st[JST_COUNT];
+	struct jev *retained;         /* journal thread: failed, to retry */
+	char path[4096];
+	int lock_fd;
+} journal = {
+	.lock_fd = -1,
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.cond = PTHREAD_COND_INITIALIZER,
+};
+
+sqlite3 *journal_db(void)
+{
+	return journal.db;
+}
+
+/*
+ * One rokd per state directory: a second one would hand out the same ids.
+ * The lock (flock, independent of sqlite's own fcntl locks) is held from
+ * journal_open to journal_stop.
+ */
+static int journal_lock(char *err, size_t len)
+{
+	char path[4200];
+
+	snprintf(path, sizeof(path), "%s/rokd.lock", config.state_dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		snprintf(err, len, "%s: %s: the journal cannot be kept; "
+		         "refusing to start", path, strerror(errno));
+		return -1;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		snprintf(err, len, "%s: another rokd uses the state directory "
+		         "%s (%s); refusing to start", path, config.state_dir,
+		         strerror(errno));
+		close(fd);
+		return -1;
+	}
+	journal.lock_fd = fd;
+	return 0;
+}
+
+int journal_open(char *err, size_t len)
+{
+	journal.stopping = false;
+	if (journal_lock(err, len) < 0)
+		return -1;
+	if (snprintf(journal.path, sizeof(journal.path), "%s/journal.db",
+	             config.state_dir) >= (int)sizeof(journal.path)) {
+		snprintf(err, len, "state directory path too long");
+		return -1;
+	}
+	if (journal_schema_open(journal.path, config.durability_full,
+	                        &journal.db, err, len) < 0)
+		return -1;
+	for (int i = 0; i < JST_COUNT; i++) {
+		if (sqlite3_prepare_v3(journal.db, journal_sql[i], -1,
+		                       SQLITE_PREPARE_PERSISTENT, &journal.st[i],
+		                       NULL) != SQLITE_OK) {
+			snprintf(err, len, "%s: %s", journal.path,
+			         sqlite3_errmsg(journal.db));
+			return -1;
+		}
+	}
+	return journal_read_open(journal.path, err, len);
+}
+
+/* ---- queueing (any thread) ---------------------------------------------- */
+
+/* Appends a chain first..last; false when stopped. */
+static bool journal_push(struct jev *first, struct jev *last)
+{
+	pthread_mutex_lock(&journal.lock);
+	if (journal.stopping && !journal.running) {
+		pthread_mutex_unlock(&journal.lock);
+		return false;
+	}
+	if (journal.tail != NULL)
+		journal.tail->next = first;
+	else
+		journal.head = first;
+	journal.tail = last;
+	if (journal.sleeping)
+		pthread_cond_signal(&journal.cond);
+	pthread_mutex_unlock(&journal.lock);
+	return true;
+}
+
+static void journal_free_chain(struct jev *e)
+{
+	while (e != NULL) {
+		struct jev *next = e->next;
+		free(e);
+		e = next;
+	}
+}
+
+int journal_spawn(const struct journal_spawn_item *items, size_t n,
+                  journal_done_fn *done, void *arg)
+{
+	struct jev *first = NULL, *last = NULL;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t slen = items[i].spec_len, klen = strlen(items[i].kind);
+		struct jev *e = calloc(1, sizeof(*e) + slen + klen + 1);
+		if (e == NULL) {
+			journal_free_chain(first);
+			return -ENOMEM;
+		}
+		e->type = JEV_SPAWN;
+		e->id = items[i].id;
+		e->u.sp.uid = items[i].uid;
+		e->u.sp.spawned_us = items[i].spawned_us;
+		e->u.sp.spec = (uint8_t *)(e + 1);
+		e->u.sp.spec_len = slen;
+		if (slen > 0)
+			memcpy(e->u.sp.spec, items[i].spec, slen);
+		e->u.sp.kind = e->u.sp.spec + slen;
+		e->u.sp.kind_len = klen;
+		memcpy(e->u.sp.kind, items[i].kind, klen);
+		if (last != NULL)
+			last->next = e;
+		else
+			first = e;
+		last = e;
+	}
+	if (last == NULL)
+		return -EINVAL;
+	last->done = done;
+	last->arg = arg;
+	if (!journal_push(first, last)) {
+		journal_free_chain(first);
+		return -ESHUTDOWN;
+	}
+	return 0;
+}
+
+static void journal_push_one(struct jev *e)
+{
+	if (!journal_push(e, e)) {
+		log_warnx("journal stopped: task %llu's update is not recorded",
+		          (unsigned long long)e->id);
+		free(e);
+	}
+}
+
+void journal_started(uint64_t id, uint64_t started_us)
+{
+	struct jev *e = calloc(1, sizeof(*e));
+
+	if (e == NULL) {
+		log_warnx("journal: out of memory; task %llu's start is not "
+		          "recorded", (unsigned long long)id);
+		return;
+	}
+	e->type = JEV_START;
+	e->id = id;
+	e->u.st.started_us = started_us;
+	journal_push_one(e);
+}
+
+void journal_finished(const struct journal_finish *f)
+{
+	size_t rlen = f->reason != NULL ? strlen(f->reason) + 1 : 0;
+	struct jev *e = calloc(1, sizeof(*e) + f->value_len + rlen);
+
+	if (e == NULL) {
+		log_warnx("journal: out of memory; task %llu's result is not "
+		          "recorded", (unsigned long long)f->id);
+		return;
+	}
+	e->type = JEV_FINISH;
+	e->id = f->id;
+	e->u.fi.state = f->state;
+	e->u.fi.started_us = f->started_us;
+	e->u.fi.finished_us = f->finished_us;
+	if (f->value != NULL) {
+		e->u.fi.value = (uint8_t *)(e + 1);
+		e->u.fi.value_len = f->value_len;
+		if (f->value_len > 0)
+			memcpy(e->u.fi.value, f->value, f->value_len);
+	}
+	if (f->reason != NULL) {
+		e->u.fi.reason = (char *)(e + 1) + f->value_len;
+		memcpy(e->u.fi.reason, f->reason, rlen);
+	}
+	e->u.fi.has_exit_code = f->has_exit_code;
+	e->u.fi.exit_code = f->exit_code;
+	e->u.fi.has_signal = f->has_signal;
+	e->u.fi.signal = f->signal;
+	e->u.fi.truncated = f->output_truncated;
+	journal_push_one(e);
+}
+
+void journal_cancel_requested(uint64_t id)
+{
+	struct jev *e = calloc(1, sizeof(*e));
+
+	if (e == NULL)
+		return;   /* only matters if rokd dies before the task ends */
+	e->type = JEV_CANCEL;
+	e->id = id;
+	journal_push_one(e);
+}
+
+int journal_prune(uint64_t before_us, uint64_t keep, journal_prune_fn *done,
+                  void *arg)
+{
+	struct jev *e = calloc(1, sizeof(*e));
+
+	if (e == NULL)
+		return -ENOMEM;
+	e->type = JEV_PRUNE;
+	e->u.pr.before_us = before_us;
+	e->u.pr.keep = keep;
+	e->u.pr.done = done;
+	e->u.pr.arg = arg;
+	if (!journal_push(e, e)) {
+		free(e);
+		return -ESHUTDOWN;
+	}
+	return 0;
+}
+
+/* ---- completions (reactor thread) ---------------------------------------- */
+
+struct journal_completion {
+	size_t n;
+	int err;
+	char msg[200];
+	struct {
+		journal_done_fn *done;
+		void *arg;
+	} cb[];
+};
+
+static void journal_complete_cb(void *arg)
+{
+	struct journal_completion *c = arg;
+
+	for (size_t i = 0; i < c->n; i++)
+		c->cb[i].done(c->cb[i].arg, c->err, c->err ? c->msg : NULL);
+	free(c);
+}
+
+struct journal_pruned {
+	journal_prune_fn *done;
+	void *arg;
+	int64_t n;
+};
+
+static void journal_pruned_cb(void *arg)
+{
+	struct journal_pruned *p = arg;
+
+	p->done(p->arg, p->n, p->n < 0 ? strerror((int)-p->n) : NULL);
+	free(p);
+}
+
+/* ---- the journal thread ------------------------------------------------- */
+
+/* Open-addressing set of the ids finished in a batch, to skip their
+ * starts.  The slots are kept from batch to batch (journal thread only):
+ * allocating a large zeroed array per batch cost more than the set saved. */
+struct journal_idset {
+	uint64_t *slot;
+	size_t mask;
+};
+
+static struct journal_idset journal_fin;
+static size_t journal_fin_cap;
+
+static void journal_idset_init(struct journal_idset *s, const struct jev *b)
+{
+	size_t n = 0, cap = 16;
+
+	for (const struct jev *e = b; e != NULL; e = e->next)
+		n += e->type == JEV_FINISH;
+	s->slot = NULL;
+	s->mask = 0;
+	if (n == 0)
+		return;
+	while (cap < 2 * n)
+		cap *= 2;
+	if (cap > journal_fin_cap) {
+		uint64_t *p = realloc(journal_fin.slot, cap * sizeof(*p));
+		if (p == NULL)
+			return;   /* no coalescing: correct, only slower */
+		journal_fin.slot = p;
+		journal_fin_cap = cap;
+	}
+	s->slot = journal_fin.slot;
+	s->mask = cap - 1;
+	memset(s->slot, 0, cap * sizeof(*s->slot));
+	for (const struct jev *e = b; e != NULL; e = e->next) {
+		if (e->type != JEV_FINISH)
+			continue;
+		size_t i = (size_t)(e->id * 0x9e3779b97f4a7c15ull >> 20) & s->mask;
+		while (s->slot[i] != 0 && s->slot[i] != e->id)
+			i = (i + 1) & s->mask;
+		s->slot[i] = e->id;
+	}
+}
+
+static bool journal_idset_has(const struct journal_idset *s, uint64_t id)
+{
+	if (s->slot == NULL)
+		return false;
+	size_t i = (size_t)(id * 0x9e3779b97f4a7c15ull >> 20) & s->mask;
+	while (s->slot[i] != 0) {
+		if (s->slot[i] == id)
+			return true;
+		i = (i + 1) & s->mask;
+	}
+	return false;
+}
+
+/* Runs a bound statement and resets it: SQLITE_OK or the error. */
+static int journal_step(sqlite3_stmt *st)
+{
+	int rc = sqlite3_step(st);
+
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+static int journal_write(const struct jev *e, const struct journal_idset *fin)
+{
+	sqlite3_stmt *st;
+
+	switch (e->type) {
+	case JEV_SPAWN:
+		st = journal.st[JST_INSERT];
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)e->id);
+		sqlite3_bind_int64(st, 2, (sqlite3_int64)e->u.sp.uid);
+		sqlite3_bind_text(st, 3, (const char *)e->u.sp.kind,
+		                  (int)e->u.sp.kind_len, SQLITE_STATIC);
+		sqlite3_bind_blob(st, 4, e->u.sp.spec, (int)e->u.sp.spec_len,
+		                  SQLITE_STATIC);
+		sqlite3_bind_int64(st, 5, (sqlite3_int64)e->u.sp.spawned_us);
+		return journal_step(st);
+	case JEV_START:
+		if (journal_idset_has(fin, e->id))
+			return SQLITE_OK;   /* its finish says it all */
+		st = journal.st[JST_START];
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)e->id);
+		sqlite3_bind_int64(st, 2, (sqlite3_int64)e->u.st.started_us);
+		return journal_step(st);
+	case JEV_FINISH:
+		st = journal.st[JST_FINISH];
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)e->id);
+		sqlite3_bind_int(st, 2, e->u.fi.state);
+		sqlite3_bind_int64(st, 3, (sqlite3_int64)e->u.fi.started_us);
+		sqlite3_bind_int64(st, 4, (sqlite3_int64)e->u.fi.finished_us);
+		if (e->u.fi.value != NULL)
+			sqlite3_bind_blob(st, 5, e->u.fi.value,
+			                  (int)e->u.fi.value_len, SQLITE_STATIC);
+		if (e->u.fi.has_exit_code)
+			sqlite3_bind_int(st, 6, e->u.fi.exit_code);
+		if (e->u.fi.has_signal)
+			sqlite3_bind_int(st, 7, e->u.fi.signal);
+		if (e->u.fi.reason != NULL)
+			sqlite3_bind_text(st, 8, e->u.fi.reason, -1,
+			                  SQLITE_STATIC);
+		sqlite3_bind_int(st, 9, e->u.fi.truncated);
+		return journal_step(st);
+	case JEV_CANCEL:
+		st = journal.st[JST_CANCEL];
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)e->id);
+		return journal_step(st);
+	default:
+		return SQLITE_OK;   /* prunes run after the commit */
+	}
+}
+
+/* A message for a failed commit, for the client and the log. */
+static void journal_errmsg(int rc, char *buf, size_t len)
+{
+	int primary = rc & 0xff;
+
+	snprintf(buf, len, "journal: %s", primary == SQLITE_FULL
+	         ? "disk full" : primary == SQLITE_IOERR ? "I/O error"
+	         : primary == SQLITE_READONLY ? "database became read-only"
+	         : sqlite3_errmsg(journal.db));
+}
+
+/*
+ * Writes one batch in one transaction.  Returns SQLITE_OK, or the error
+ * after rolling back.
+ */
+static int journal_commit(const struct jev *b, size_t *ndone)
+{
+	struct journal_idset fin;
+	uint64_t max_id = 0;
+	int rc;
+
+	*ndone = 0;
+	journal_idset_init(&fin, b);
+	rc = sqlite3_exec(journal.db, "BEGIN", NULL, NULL, NULL);
+	for (const struct jev *e = b; rc == SQLITE_OK && e != NULL;
+	     e = e->next) {
+		rc = journal_write(e, &fin);
+		if (e->type == JEV_SPAWN && e->id > max_id)
+			max_id = e->id;
+		*ndone += e->type == JEV_SPAWN && e->done != NULL;
+	}
+	if (rc == SQLITE_OK && max_id > 0) {
+		sqlite3_bind_int64(journal.st[JST_MAXID], 1,
+		                   (sqlite3_int64)max_id);
+		rc = journal_step(journal.st[JST_MAXID]);
+	}
+	if (rc == SQLITE_OK)
+		rc = sqlite3_exec(journal.db, "COMMIT", NULL, NULL, NULL);
+	if (rc != SQLITE_OK && !sqlite3_get_autocommit(journal.db))
+		(void)sqlite3_exec(journal.db, "ROLLBACK", NULL, NULL, NULL);
+	return rc;
+}
+
+/* Hands the spawn callbacks of batch b to the reactor thread. */
+static void journal_complete(const struct jev *b, int err, const char *msg)
+{
+	size_t n = 0;
+
+	for (const struct jev *e = b; e != NULL; e = e->next)
+		n += e->type == JEV_SPAWN && e->done != NULL;
+	if (n == 0)
+		return;
+	struct journal_completion *c = malloc(sizeof(*c) + n * sizeof(c->cb[0]));
+	if (c == NULL) {
+		/* Rare enough: those clients never hear back. */
+		log_warnx("journal: out of memory; %zu spawns go unanswered", n);
+		return;
+	}
+	c->n = 0;
+	c->err = err;
+	snprintf(c->msg, sizeof(c->msg), "%s", msg != NULL ? msg : "");
+	for (const struct jev *e = b; e != NULL; e = e->next) {
+		if (e->type == JEV_SPAWN && e->done != NULL) {
+			c->cb[c->n].done = e->done;
+			c->cb[c->n++].arg = e->arg;
+		}
+	}
+	int rc = reactor_call(journal_complete_cb, c);
+	if (rc < 0) {
+		log_errno(rc, "journal: cannot reach the reactor; %zu spawns "
+		          "go unanswered", n);
+		free(c);
+	}
+}
+
+static void journal_run_prunes(struct jev *b);
+
+/*
+ * After a commit: hands the spawn callbacks (ndone of them) to the reactor
+ * and frees the batch in one pass (a large batch is cold in the cache:
+ * every pass over it costs), then runs the prunes it held.
+ */
+static void journal_done(struct jev *b, size_t ndone)
+{
+	struct journal_completion *c = NULL;
+	struct jev *prunes = NULL, **ptail = &prunes;
+
+	if (ndone > 0) {
+		c = malloc(sizeof(*c) + ndone * sizeof(c->cb[0]));
+		if (c == NULL)
+			log_warnx("journal: out of memory; %zu spawns go "
+			          "unanswered", ndone);
+		else
+			c->n = 0, c->err = 0, c->msg[0] = '\0';
+	}
+	while (b != NULL) {
+		struct jev *next = b->next;
+		if (b->type == JEV_PRUNE) {
+			b->next = NULL;
+			*ptail = b;
+			ptail = &b->next;
+		} else {
+			if (c != NULL && b->type == JEV_SPAWN && b->done != NULL) {
+				c->cb[c->n].done = b->done;
+				c->cb[c->n++].arg = b->arg;
+			}
+			free(b);
+		}
+		b = next;
+	}
+	if (c != NULL) {
+		int rc = reactor_call(journal_complete_cb, c);
+		if (rc < 0) {
+			log_errno(rc, "journal: cannot reach the reactor; %zu "
+			          "spawns go unanswered", c->n);
+			free(c);
+		}
+	}
+	journal_run_prunes(prunes);
+	journal_free_chain(prunes);
+}
+
+static void journal_run_prunes(struct jev *b)
+{
+	for (struct jev *e = b; e != NULL; e = e->next) {
+		if (e->type != JEV_PRUNE)
+			continue;
+		struct journal_pruned *p = malloc(sizeof(*p));
+		int64_t n = journal_prune_run(journal.db, e->u.pr.before_us,
+		                              e->u.pr.keep);
+		if (p == NULL) {
+			log_warnx("journal: out of memory for a prune reply");
+			continue;
+		}
+		p->done = e->u.pr.done;
+		p->arg = e->u.pr.arg;
+		p->n = n;
+		if (reactor_call(journal_pruned_cb, p) < 0)
+			free(p);
+	}
+}
+
+/* Splits a failed batch: spawns and prunes are answered, the rest kept. */
+static void journal_fail(struct jev *b, int rc)
+{
+	static time_t last_log;
+	static unsigned long quiet;
+	char msg[200];
+	struct jev **keep = &journal.retained;
+	struct timespec now;
+
+	journal_errmsg(rc, msg, sizeof(msg));
+	/* A dead disk fails every attempt (10 a second): one line per 10 s. */
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (now.tv_sec - last_log >= 10 || last_log == 0) {
+		log_warnx("%s (%s); the spawns of this batch are refused, the "
+		          "task updates are kept for the next attempt (%lu "
+		          "more failed commits not logged)", msg,
+		          sqlite3_errstr(rc), quiet);
+		last_log = now.tv_sec;
+		quiet = 0;
+	} else {
+		quiet++;
+	}
+	journal_complete(b, -EIO, msg);
+	while (*keep != NULL)
+		keep = &(*keep)->next;
+	while (b != NULL) {
+		struct jev *next = b->next;
+		b->next = NULL;
+		if (b->type == JEV_SPAWN) {
+			free(b);
+		} else if (b->type == JEV_PRUNE) {
+			struct journal_pruned *p = malloc(sizeof(*p));
+			if (p != NULL) {
+				*p = (struct journal_pruned){ b->u.pr.done,
+				                              b->u.pr.arg, -EIO };
+				if (reactor_call(journal_pruned_cb, p) < 0)
+					free(p);
+			}
+			free(b);
+		} else {
+			*keep = b;
+			keep = &b->next;
+		}
+		b = next;
+	}
+}
+
+static void *journal_main(void *arg)
+{
+	struct timespec next_prune;
+	bool failing = false;
+
+	(void)arg;
+	clock_gettime(CLOCK_MONOTONIC, &next_prune);
+	pthread_mutex_lock(&journal.lock);
+	for (;;) {
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec >= next_prune.tv_sec && journal.head == NULL &&
+		    !failing) {
+			pthread_mutex_unlock(&journal.lock);
+			journal_prune_retention(journal.db);
+			pthread_mutex_lock(&journal.lock);
+			clock_gettime(CLOCK_MONOTONIC, &next_prune);
+			next_prune.tv_sec += 60;
+		}
+		if (journal.head == NULL && journal.stopping &&
+		    journal.retained == NULL)
+			break;
+		if (journal.head == NULL && !journal.stopping) {
+			/* Sleep until an event, the next periodic prune, or
+			 * (while failing) the next retry. */
+			struct timespec until;
+			clock_gettime(CLOCK_REALTIME, &until);
+			if (failing || journal.retained != NULL) {
+				until.tv_nsec += 100000000;
+				if (until.tv_nsec >= 1000000000) {
+					until.tv_sec++;
+					until.tv_nsec -= 1000000000;
+				}
+			} else {
+				until.tv_sec += next_prune.tv_sec - now.tv_sec;
+			}
+			journal.sleeping = true;
+			(void)pthread_cond_timedwait(&journal.cond, &journal.lock,
+			                             &until);
+			journal.sleeping = false;
+			if (journal.head == NULL && journal.retained == NULL)
+				continue;
+		}
+		struct jev *b = journal.head;
+		journal.head = journal.tail = NULL;
+		pthread_mutex_unlock(&journal.lock);
+
+		/* Retained updates go first: they are older. */
+		if (journal.retained != NULL) {
+			struct jev *r = journal.retained;
+			while (r->next != NULL)
+				r = r->next;
+			r->next = b;
+			b = journal.retained;
+			journal.retained = NULL;
+		}
+		size_t ndone;
+		int rc = journal_commit(b, &ndone);
+		if (rc == SQLITE_OK) {
+			if (failing)
+				log_info("journal: writing again");
+			failing = false;
+			journal_done(b, ndone);
+		} else {
+			failing = true;
+			journal_fail(b, rc);
+			if (journal.stopping) {
+				/* At stop, one more try is all we can give. */
+				int rc2 = journal_commit(journal.retained,
+				                         &ndone);
+				if (rc2 != SQLITE_OK)
+					log_warnx("journal: %s: task updates lost "
+					          "at stop; recovery will see those "
+					          "tasks as interrupted",
+					          sqlite3_errstr(rc2));
+				journal_free_chain(journal.retained);
+				journal.retained = NULL;
+			}
+		}
+		pthread_mutex_lock(&journal.lock);
+	}
+	pthread_mutex_unlock(&journal.lock);
+	return NULL;
+}
+
+int journal_start(void)
+{
+	sigset_t all, old;
+
+	/* Signals stay with the main thread's sigwait. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	int err = pthread_create(&journal.thread, NULL, journal_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err != 0)
+		return -err;
+	journal.running = true;
+	return 0;
+}
+
+void journal_stop(void)
+{
+	pthread_mutex_lock(&journal.lock);
+	journal.stopping = true;
+	pthread_cond_signal(&journal.cond);
+	pthread_mutex_unlock(&journal.lock);
+	if (journal.running)
+		pthread_join(journal.thread, NULL);
+	pthread_mutex_lock(&journal.lock);
+	journal.running = false;
+	struct jev *left = journal.head;
+	journal.head = journal.tail = NULL;
+	pthread_mutex_unlock(&journal.lock);
+	journal_free_chain(left);
+	for (int i = 0; i < JST_COUNT; i++) {
+		sqlite3_finalize(journal.st[i]);
+		journal.st[i] = NULL;
+	}
+	journal_read_close();
+	free(journal_fin.slot);
+	journal_fin.slot = NULL;
+	journal_fin_cap = 0;
+	if (journal.db != NULL) {
+		/* A clean close checkpoints and removes the WAL. */
+		if (sqlite3_close(journal.db) != SQLITE_OK)
+			log_warnx("journal: close: %s",
+			          sqlite3_errmsg(journal.db));
+		journal.db = NULL;
+	}
+	if (journal.lock_fd >= 0) {
+		close(journal.lock_fd);
+		journal.lock_fd = -1;
+	}
+}

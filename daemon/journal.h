@@ -1,0 +1,122 @@
+/*
+ * journal.h — the job journal: every spawn, start, finish and cancel
+ * request in <state_dir>/journal.db (sqlite3, WAL), written by one thread
+ * with group commit.  See journal.c (the thread), journal-schema.c (open,
+ * verify, migrate), journal-recover.c (replay at start), journal-read.c
+ * (lookups of tasks no longer in memory) and journal-prune.c (retention).
+ */
+#ifndef ROKD_JOURNAL_H
+#define ROKD_JOURNAL_H
+
+#include <sqlite3.h>
+
+#include "rokd.h"
+
+/* "ROKJ": PRAGMA application_id of a rok journal. */
+#define JOURNAL_APPLICATION_ID 0x524f4b4a
+/* PRAGMA user_version this rokd writes (the last migration step). */
+#define JOURNAL_SCHEMA_VERSION 1
+
+/* ---- journal-schema.c (main thread, before the journal thread runs) --- */
+/*
+ * Opens (creating if absent) the database at `path`, refuses a file that is
+ * not a rok journal (not sqlite, another application's database, a newer
+ * schema, a failing quick_check, a read-only file or directory) without
+ * writing to it, applies the migrations it lacks in one transaction, and
+ * sets WAL and the synchronous level.  *db gets the connection; 0, or -1
+ * with a sentence for people in err.
+ */
+int journal_schema_open(const char *path, bool durable_full, sqlite3 **db,
+                        char *err, size_t len);
+/* Runs one statement; SQLITE_OK or an sqlite error, message in err. */
+int journal_schema_exec(sqlite3 *db, const char *sql, char *err, size_t len);
+
+/* ---- journal.c --------------------------------------------------------- */
+/* Main thread: opens <state_dir>/journal.db (see journal_schema_open);
+ * 0, or -1 with a message in err. */
+int journal_open(char *err, size_t len);
+/* Main thread, after recovery: starts the journal thread. */
+int journal_start(void);
+/* Main thread, at the very end: writes what is queued, stops the thread,
+ * closes the database. */
+void journal_stop(void);
+/* The write connection, for the main thread before journal_start (the
+ * recovery) and for the journal thread after. */
+sqlite3 *journal_db(void);
+
+/* One task of a spawn, as journal_spawn copies it. */
+struct journal_spawn_item {
+	uint64_t id;
+	uid_t uid;
+	const char *kind;           /* borrowed for the call: copied */
+	const uint8_t *spec;        /* the packed TaskSpec, idem */
+	size_t spec_len;
+	uint64_t spawned_us;
+};
+
+/*
+ * Any thread.  Queues the n records of one request; they are committed in
+ * one transaction (the same batch), after which done(arg, 0, NULL) runs on
+ * the reactor thread, or done(arg, -errno, message) if the commit failed
+ * (nothing of them is in the journal then).  Returns 0, or -ENOMEM /
+ * -ESHUTDOWN, and then done never runs.
+ */
+typedef void journal_done_fn(void *arg, int err, const char *msg);
+int journal_spawn(const struct journal_spawn_item *items, size_t n,
+                  journal_done_fn *done, void *arg);
+
+/* Any thread: state changes of a task whose spawn is in the journal.  A
+ * write that fails stays queued and is tried again with the next batch. */
+void journal_started(uint64_t id, uint64_t started_us);
+struct journal_finish {
+	uint64_t id;
+	int state;
+	uint64_t started_us, finished_us;
+	const uint8_t *value;       /* borrowed: copied */
+	size_t value_len;
+	bool has_exit_code, has_signal;
+	int exit_code, signal;
+	const char *reason;         /* borrowed: copied; NULL: none */
+	bool output_truncated;
+};
+void journal_finished(const struct journal_finish *f);
+void journal_cancel_requested(uint64_t id);
+
+/*
+ * Any thread: deletes finished tasks that finished before `before_us`
+ * (0: no age limit) or are older than the `keep` most recent finished ones
+ * (UINT64_MAX: no count limit), with their output files, on the journal
+ * thread; done(arg, pruned count or -errno, msg) runs on the reactor
+ * thread.  0 or -ENOMEM / -ESHUTDOWN (done never runs then).
+ */
+typedef void journal_prune_fn(void *arg, int64_t n, const char *msg);
+int journal_prune(uint64_t before_us, uint64_t keep, journal_prune_fn *done,
+                  void *arg);
+
+/* ---- journal-prune.c (journal thread) ---------------------------------- */
+/* Deletes what journal_prune asked for: the count, or -errno. */
+int64_t journal_prune_run(sqlite3 *db, uint64_t before_us, uint64_t keep);
+/* The retention of rokd.conf (keep_finished, keep_finished_for) applied
+ * now; called periodically by the journal thread. */
+void journal_prune_retention(sqlite3 *db);
+
+/* ---- journal-recover.c (main thread, after rok_start) ------------------ */
+/*
+ * Replays the journal: queued tasks are queued again, running ones become
+ * interrupted, or run again when their spec allows a retry; the id counter
+ * continues above the largest id ever used.  0, or -1 with a message.
+ */
+int journal_recover(char *err, size_t len);
+
+/* ---- journal-read.c (any thread; its own read-only connection) --------- */
+int journal_read_open(const char *path, char *err, size_t len);
+void journal_read_close(void);
+/* Fills info from the journal for `id` as `uid` sees it: 0, or
+ * ROK__V1__ERROR_CODE__NOT_FOUND / __PERMISSION_DENIED. */
+int journal_read_info(uint64_t id, uid_t uid, TaskInfo *info);
+/* Ids of journaled tasks above `after`, visible to uid, in `state` (0:
+ * any), in id order: up to `limit` into ids[]; the count, or -errno. */
+int journal_read_ids(uid_t uid, int state, uint64_t after, size_t limit,
+                     uint64_t *ids);
+
+#endif /* ROKD_JOURNAL_H */

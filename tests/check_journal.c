@@ -1,0 +1,387 @@
+/*
+ * check_journal.c — the journal's modules in-process: opening and refusing
+ * databases (journal-schema.c), group commit and its completions
+ * (journal.c), finished rows that never change, prune (journal-prune.c)
+ * and recovery (journal-recover.c).  rokd from the outside — restarts,
+ * kill -9, full disks, injected faults — is tests/journal.test and
+ * tests/crash.test.
+ *
+ * Each test runs in its own forked process (Check's default) with a fresh
+ * state directory, so the daemon's globals (config, task table, journal)
+ * start clean every time.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "journal.h"
+#include "testutil.h"
+
+static char jdir[64];
+
+/* A fresh state directory and default settings; rokd's own order. */
+static void jsetup(void)
+{
+	snprintf(jdir, sizeof(jdir), "/tmp/check_journal.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(jdir));
+	log_init(0);
+	config_defaults(&config);
+	free(config.state_dir);
+	config.state_dir = strdup(jdir);
+	config.durability_full = false;   /* tests need no fsync */
+	ck_assert_int_eq(tasktab_init(), 0);
+}
+
+/* The test's directory goes at the end of a test that passed (a failing
+ * one leaves it for inspection). */
+static void jcleanup(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", jdir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static void jpath(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "%s/%s", jdir, name);
+}
+
+/* Now, in µs since the epoch: finish times the retention (30 days by
+ * default) leaves alone. */
+static uint64_t jnow_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static int64_t jquery(const char *sql)
+{
+	char path[128];
+	sqlite3 *db;
+	sqlite3_stmt *st;
+	int64_t v = -1;
+
+	jpath(path, sizeof(path), "journal.db");
+	ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL),
+	                 SQLITE_OK);
+	ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+	if (sqlite3_step(st) == SQLITE_ROW)
+		v = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	return v;
+}
+
+/* Writes n bytes of content to STATE/journal.db. */
+static void jwrite(const void *p, size_t n)
+{
+	char path[128];
+
+	jpath(path, sizeof(path), "journal.db");
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, p, n), (ssize_t)n);
+	close(fd);
+}
+
+static size_t jread_file(void *buf, size_t len)
+{
+	char path[128];
+
+	jpath(path, sizeof(path), "journal.db");
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ssize_t n = read(fd, buf, len);
+	close(fd);
+	ck_assert_int_ge(n, 0);
+	return (size_t)n;
+}
+
+/* Opens STATE/journal.db: 0 or -1 with the message in err. */
+static int jopen(char *err, size_t len)
+{
+	char path[128];
+	sqlite3 *db;
+
+	jpath(path, sizeof(path), "journal.db");
+	int rc = journal_schema_open(path, false, &db, err, len);
+	if (rc == 0)
+		sqlite3_close(db);
+	return rc;
+}
+
+START_TEST(schema_new_and_reopen)
+{
+	char err[512];
+
+	jsetup();
+	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
+	ck_assert_int_eq(jquery("PRAGMA application_id"), JOURNAL_APPLICATION_ID);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), JOURNAL_SCHEMA_VERSION);
+	ck_assert_int_eq(jquery("SELECT value FROM meta WHERE key = 'max_id'"), 0);
+	ck_assert_int_eq(jopen(err, sizeof(err)), 0);   /* ours: accepted */
+	/* An empty file is a new database too. */
+	jwrite("", 0);
+	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), JOURNAL_SCHEMA_VERSION);
+	jcleanup();
+}
+END_TEST
+
+START_TEST(schema_refuses_unchanged)
+{
+	char err[512], before[8192], after[8192];
+	uint8_t junk[8192];
+
+	jsetup();
+	/* Not a database: random bytes. */
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (uint8_t)(i * 131 + 7);
+	jwrite(junk, sizeof(junk));
+	ck_assert_int_eq(jopen(err, sizeof(err)), -1);
+	ck_assert_ptr_nonnull(strstr(err, "not an SQLite database"));
+	ck_assert_uint_eq(jread_file(after, sizeof(after)), sizeof(junk));
+	ck_assert_int_eq(memcmp(after, junk, sizeof(junk)), 0);
+
+	/* Another program's database. */
+	char path[128];
+	sqlite3 *db;
+	jpath(path, sizeof(path), "journal.db");
+	unlink(path);
+	ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_exec(db, "CREATE TABLE t (x); INSERT INTO t "
+	                              "VALUES (1)", NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	size_t n = jread_file(before, sizeof(before));
+	ck_assert_int_eq(jopen(err, sizeof(err)), -1);
+	ck_assert_ptr_nonnull(strstr(err, "another program"));
+	ck_assert_uint_eq(jread_file(after, sizeof(after)), n);
+	ck_assert_int_eq(memcmp(before, after, n), 0);
+
+	/* A rok journal from a newer rokd. */
+	unlink(path);
+	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
+	ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_exec(db, "PRAGMA journal_mode = DELETE; "
+	                              "PRAGMA user_version = 99", NULL, NULL,
+	                              NULL), SQLITE_OK);
+	sqlite3_close(db);
+	n = jread_file(before, sizeof(before));
+	ck_assert_int_eq(jopen(err, sizeof(err)), -1);
+	ck_assert_ptr_nonnull(strstr(err, "newer than this rokd"));
+	ck_assert_uint_eq(jread_file(after, sizeof(after)), n);
+	ck_assert_int_eq(memcmp(before, after, n), 0);
+	jcleanup();
+}
+END_TEST
+
+/* ---- the journal thread ---------------------------------------------- */
+
+static sem_t jdone;
+static _Atomic int jdone_err = 1;
+
+static void jdone_cb(void *arg, int err, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+	atomic_store(&jdone_err, err);
+	sem_post(&jdone);
+}
+
+static void jstart(void)
+{
+	char err[512];
+
+	jsetup();
+	ck_assert_int_eq(sem_init(&jdone, 0, 0), 0);
+	ck_assert_int_eq(journal_open(err, sizeof(err)), 0);
+	ck_assert_int_eq(rok_start(), 0);
+	ck_assert_int_eq(journal_recover(err, sizeof(err)), 0);
+	ck_assert_int_eq(journal_start(), 0);
+}
+
+/* Journals a spawn of `kind` with id `id` and waits for its commit. */
+static void jspawn(uint64_t id, const char *kind, uint32_t retry)
+{
+	TaskSpec spec = ROK__V1__TASK_SPEC__INIT;
+	uint8_t buf[256];
+
+	spec.kind.data = (uint8_t *)(uintptr_t)kind;
+	spec.kind.len = strlen(kind);
+	spec.retry = retry;
+	struct journal_spawn_item it = {
+		.id = id, .uid = 0, .kind = kind, .spec = buf,
+		.spec_len = rok__v1__task_spec__pack(&spec, buf),
+		.spawned_us = 1,
+	};
+	ck_assert_int_eq(journal_spawn(&it, 1, jdone_cb, NULL), 0);
+	ck_assert_int_eq(sem_wait(&jdone), 0);
+	ck_assert_int_eq(atomic_load(&jdone_err), 0);
+}
+
+START_TEST(commit_then_complete)
+{
+	jstart();
+	jspawn(1, "noop", 0);
+	/* The callback ran after COMMIT: another connection sees the row. */
+	ck_assert_int_eq(jquery("SELECT state FROM tasks WHERE id = 1"),
+	                 RT_QUEUED);
+	ck_assert_int_eq(jquery("SELECT value FROM meta"), 1);
+	jspawn(2, "noop", 0);
+	uint64_t t = jnow_us();
+	journal_started(1, t);
+	struct journal_finish f = { .id = 1, .state = RT_SUCCEEDED,
+	                            .started_us = t, .finished_us = t + 1,
+	                            .value = (const uint8_t *)"v",
+	                            .value_len = 1 };
+	journal_finished(&f);
+	/* A second finish of the same task must not change the row. */
+	f.state = RT_FAILED;
+	f.finished_us = t + 2;
+	journal_finished(&f);
+	journal_started(2, 11);
+	jspawn(3, "noop", 0);   /* the FIFO: committed after the above */
+	ck_assert_int_eq(jquery("SELECT state FROM tasks WHERE id = 1"),
+	                 RT_SUCCEEDED);
+	ck_assert_int_eq(jquery("SELECT finished_us FROM tasks WHERE id = 1"),
+	                 (int64_t)t + 1);
+	ck_assert_int_eq(jquery("SELECT started_us FROM tasks WHERE id = 1"),
+	                 (int64_t)t);
+	ck_assert_int_eq(jquery("SELECT state FROM tasks WHERE id = 2"),
+	                 RT_RUNNING);
+	journal_cancel_requested(2);
+	journal_stop();   /* writes what is queued */
+	ck_assert_int_eq(jquery("SELECT cancel_requested FROM tasks WHERE "
+	                        "id = 2"), 1);
+	jcleanup();
+}
+END_TEST
+
+static sem_t jpruned;
+static _Atomic int64_t jpruned_n = -1;
+
+static void jprune_cb(void *arg, int64_t n, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+	atomic_store(&jpruned_n, n);
+	sem_post(&jpruned);
+}
+
+START_TEST(prune_keeps_max_id)
+{
+	char out[160];
+
+	jstart();
+	ck_assert_int_eq(sem_init(&jpruned, 0, 0), 0);
+	snprintf(out, sizeof(out), "%s/output", jdir);
+	ck_assert_int_eq(mkdir(out, 0700), 0);
+	for (uint64_t id = 1; id <= 5; id++) {
+		jspawn(id, "noop", 0);
+		struct journal_finish f = { .id = id, .state = RT_SUCCEEDED,
+		                            .finished_us = jnow_us() };
+		if (id < 5)   /* 5 stays queued: never pruned */
+			journal_finished(&f);
+		snprintf(out, sizeof(out), "%s/output/%llu.log", jdir,
+		         (unsigned long long)id);
+		int fd = open(out, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+		ck_assert_int_ge(fd, 0);
+		close(fd);
+	}
+	ck_assert_int_eq(journal_prune(0, 1, jprune_cb, NULL), 0);
+	ck_assert_int_eq(sem_wait(&jpruned), 0);
+	ck_assert_int_eq(atomic_load(&jpruned_n), 3);   /* 1, 2, 3 */
+	ck_assert_int_eq(jquery("SELECT count(*) FROM tasks"), 2);
+	snprintf(out, sizeof(out), "%s/output/1.log", jdir);
+	ck_assert_int_eq(access(out, F_OK), -1);
+	snprintf(out, sizeof(out), "%s/output/4.log", jdir);
+	ck_assert_int_eq(access(out, F_OK), 0);
+	/* Pruning the newest finished task keeps its id used. */
+	ck_assert_int_eq(journal_prune(0, 0, jprune_cb, NULL), 0);
+	ck_assert_int_eq(sem_wait(&jpruned), 0);
+	ck_assert_int_eq(atomic_load(&jpruned_n), 1);
+	ck_assert_int_eq(jquery("SELECT value FROM meta"), 5);
+	journal_stop();
+	jcleanup();
+}
+END_TEST
+
+START_TEST(recover_states)
+{
+	char err[512];
+
+	jstart();
+	jspawn(1, "echo", 0);     /* finished */
+	jspawn(2, "sleep", 0);    /* running, no retry: interrupted */
+	jspawn(3, "sleep", 2);    /* running, retry: queued again */
+	jspawn(4, "noop", 0);     /* queued: runs again */
+	jspawn(5, "sleep", 0);    /* running, cancel requested: cancelled */
+	struct journal_finish f = { .id = 1, .state = RT_SUCCEEDED,
+	                            .finished_us = jnow_us() };
+	journal_finished(&f);
+	journal_started(2, 5);
+	journal_started(3, 5);
+	journal_started(5, 5);
+	journal_cancel_requested(5);
+	jspawn(6, "noop", 0);
+	journal_stop();
+	/* ("sleep" without a duration fails its check when recovery runs
+	 * it again: recorded failed, which this test does not look at.) */
+	ck_assert_int_eq(jquery("SELECT count(*) FROM tasks"), 6);
+	/* Recovery as at the next start (same process: the table is new). */
+	tasktab_free();
+	ck_assert_int_eq(tasktab_init(), 0);
+	ck_assert_int_eq(journal_open(err, sizeof(err)), 0);
+	ck_assert_int_eq(journal_recover(err, sizeof(err)), 0);
+	ck_assert_int_eq(jquery("SELECT state FROM tasks WHERE id = 2"),
+	                 RT_INTERRUPTED);
+	ck_assert_int_eq(jquery("SELECT retries FROM tasks WHERE id = 3"), 1);
+	ck_assert_int_eq(jquery("SELECT state FROM tasks WHERE id = 5"),
+	                 RT_CANCELLED);
+	ck_assert_int_eq(jquery("SELECT state FROM tasks WHERE id = 1"),
+	                 RT_SUCCEEDED);
+	/* The finished one is read back from the journal. */
+	TaskInfo info;
+	tasktab_info(1, 0, &info);
+	ck_assert_ptr_null(info.error);
+	ck_assert_int_eq(info.state, RT_SUCCEEDED);
+	tasktab_info_free(&info);
+	/* New ids continue above the largest. */
+	TaskSpec spec = ROK__V1__TASK_SPEC__INIT;
+	struct rtask *r;
+	ck_assert_int_eq(tasktab_create(0, &kind_noop, &spec, &r), 0);
+	ck_assert_uint_gt(tasktab_id(r), 6);
+	tasktab_discard(r);
+	ck_assert_int_eq(journal_start(), 0);
+	journal_stop();
+	jcleanup();
+}
+END_TEST
+
+static Suite *journal_suite(void)
+{
+	const struct test_case cases[] = {
+		{ "schema_new_and_reopen", schema_new_and_reopen },
+		{ "schema_refuses_unchanged", schema_refuses_unchanged },
+		{ "commit_then_complete", commit_then_complete },
+		{ "prune_keeps_max_id", prune_keeps_max_id },
+		{ "recover_states", recover_states },
+	};
+	return TEST_SUITE("journal", cases, 30);
+}
+
+int main(void)
+{
+	return test_run(journal_suite());
+}

@@ -57,7 +57,7 @@ void exec_out_forget(uint64_t id)
 
 	exec_output_path(id, path, sizeof(path));
 	if (unlink(path) != 0 && errno != ENOENT)
-		log_errno(errno, "task %llu: removing an old %s",
+		log_errno(errno, "task %llu: removing %s",
 		          (unsigned long long)id, path);
 }
 

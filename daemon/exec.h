@@ -106,9 +106,10 @@ struct exec_out {
 /* Main thread: creates <state_dir>/output.  0 or -errno. */
 int exec_output_init(void);
 void exec_out_init(struct exec_out *o, uint64_t id, uint64_t cap);
-/* Removes an output file left for this id by an earlier run (a re-run
- * after a crash, or ids counted again from 1 without a journal), so that a
- * silent task shows no output but its own. */
+/* Removes the output file of task `id` if there is one (any thread): at
+ * the start of a run, the file of an earlier run of the same id (a retry
+ * after a crash), so a silent task shows no output but its own; and when
+ * the journal prunes the task. */
 void exec_out_forget(uint64_t id);
 /* Appends n bytes of `stream` (records of at most EXEC_REC_MAX), up to the
  * cap; past it marks the output truncated and drops the bytes. */

@@ -19,19 +19,10 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "exec.h"
 #include "journal.h"
 
 #define JOURNAL_PRUNE_CHUNK 1000
-
-static void journal_prune_unlink(uint64_t id)
-{
-	char path[4200];
-
-	snprintf(path, sizeof(path), "%s/output/%llu.log", config.state_dir,
-	         (unsigned long long)id);
-	if (unlink(path) != 0 && errno != ENOENT)
-		log_warn("prune: unlink %s", path);
-}
 
 /* The id below which finished tasks are beyond the `keep` newest: 0 when
  * there are not that many. */
@@ -105,7 +96,7 @@ int64_t journal_prune_run(sqlite3 *db, uint64_t before_us, uint64_t keep)
 		}
 		for (size_t i = 0; i < n; i++) {
 			tasktab_forget(ids[i]);
-			journal_prune_unlink(ids[i]);
+			exec_out_forget(ids[i]);
 		}
 		total += (int64_t)n;
 		after = ids[n - 1];

@@ -277,13 +277,16 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	rokd_raise_nofile();
 	rokd_state_dir();
-	if ((err = exec_init()) < 0)
-		fatalx("exec tasks: %s", strerror(-err));
 	if ((err = tasktab_init()) < 0)
 		fatalx("task table: %s", strerror(-err));
+	/* The journal first: it is what refuses a state directory it cannot
+	 * keep (read-only, foreign, corrupt) with the reason. */
 	char jerr[1024];
 	if (journal_open(jerr, sizeof(jerr)) < 0)
 		fatalx("%s", jerr);
+	if ((err = exec_init()) < 0)
+		fatalx("exec tasks: %s/output: %s; refusing to start",
+		       config.state_dir, strerror(-err));
 	int fd = server_open();
 	if (fd < 0)
 		fatalx("cannot listen on %s: %s", config.socket_path,

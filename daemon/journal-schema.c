@@ -54,6 +54,13 @@ static const char *const journal_schema_steps[] = {
 	"CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"
 	" WITHOUT ROWID;"
 	"INSERT INTO meta VALUES ('max_id', 0);",
+	/* 1 -> 2.  The process group of an exec task's run and its leader's
+	 * start time (clock ticks since boot, /proc/<pid>/stat field 22),
+	 * written once the child started: recovery kills what is left of
+	 * the group of a run that rokd's death interrupted (exec-orphans.c).
+	 * NULL: no child (yet), or another kind. */
+	"ALTER TABLE tasks ADD COLUMN pgid INTEGER;"
+	"ALTER TABLE tasks ADD COLUMN pg_start INTEGER;",
 };
 
 _Static_assert(sizeof(journal_schema_steps) / sizeof(journal_schema_steps[0])

@@ -14,7 +14,10 @@
  * acknowledgements.  A task therefore starts only once its row is durable,
  * and its start and finish events always come after its insert in the
  * FIFO.  A start followed by the finish of the same task in one batch is
- * written as the finish alone.
+ * written as the finish alone, and so is an exec start (the process group
+ * of the run) followed by the finish: recovery only looks at the group of
+ * an unfinished row.  Every UPDATE but the cancel flag's is guarded by
+ * state < 3, so a finished row never changes again.
  *
  * When a commit fails (disk full, I/O error) the transaction is rolled back,
  * every spawn of the batch is completed with an error (never acknowledged;
@@ -50,6 +53,7 @@ enum {
 	JEV_FINISH,
 	JEV_CANCEL,
 	JEV_PRUNE,
+	JEV_EXEC,
 };
 
 struct jev {
@@ -69,6 +73,10 @@ struct jev {
 		struct {
 			uint64_t started_us;
 		} st;
+		struct {
+			int64_t pgid;              /* 0: the group is gone */
+			uint64_t start_ticks;
+		} ex;
 		struct {
 			int state;
 			uint64_t started_us, finished_us;
@@ -92,6 +100,7 @@ enum {
 	JST_FINISH,
 	JST_CANCEL,
 	JST_MAXID,
+	JST_EXEC,
 	JST_COUNT,
 };
 
@@ -99,7 +108,10 @@ static const char *const journal_sql[JST_COUNT] = {
 	[JST_INSERT] = "INSERT INTO tasks (id, uid, kind, spec, state, "
 	               "spawned_us) VALUES (?1, ?2, ?3, ?4, 1, ?5)",
 	/* A finished row never changes again: state < 3 guards both. */
-	[JST_START] = "UPDATE tasks SET state = 2, started_us = ?2 "
+	/* A run's group is that of this run only: a retry's start forgets
+	 * the group of the interrupted run. */
+	[JST_START] = "UPDATE tasks SET state = 2, started_us = ?2, "
+	              "pgid = NULL, pg_start = NULL "
 	              "WHERE id = ?1 AND state < 3",
 	[JST_FINISH] = "UPDATE tasks SET state = ?2, started_us = ?3, "
 	               "finished_us = ?4, value = ?5, exit_code = ?6, "
@@ -108,6 +120,9 @@ static const char *const journal_sql[JST_COUNT] = {
 	[JST_CANCEL] = "UPDATE tasks SET cancel_requested = 1 WHERE id = ?1",
 	[JST_MAXID] = "UPDATE meta SET value = ?1 WHERE key = 'max_id' AND "
 	              "value < ?1",
+	/* NULL binds (the group is gone) clear both. */
+	[JST_EXEC] = "UPDATE tasks SET pgid = ?2, pg_start = ?3 "
+	             "WHERE id = ?1 AND state < 3",
 };
 
 static struct {
@@ -276,6 +291,34 @@ void journal_started(uint64_t id, uint64_t started_us)
 	e->id = id;
 	e->u.st.started_us = started_us;
 	journal_push_one(e);
+}
+
+static void journal_exec(uint64_t id, int64_t pgid, uint64_t start_ticks)
+{
+	struct jev *e = calloc(1, sizeof(*e));
+
+	if (e == NULL) {
+		/* Only matters if rokd dies while the task runs: then its
+		 * leftover processes are not looked for. */
+		log_warnx("journal: out of memory; task %llu's process group "
+		          "is not recorded", (unsigned long long)id);
+		return;
+	}
+	e->type = JEV_EXEC;
+	e->id = id;
+	e->u.ex.pgid = pgid;
+	e->u.ex.start_ticks = start_ticks;
+	journal_push_one(e);
+}
+
+void journal_exec_started(uint64_t id, pid_t pgid, uint64_t start_ticks)
+{
+	journal_exec(id, pgid, start_ticks);
+}
+
+void journal_exec_gone(uint64_t id)
+{
+	journal_exec(id, 0, 0);
 }
 
 void journal_finished(const struct journal_finish *f)
@@ -483,6 +526,17 @@ static int journal_write(const struct jev *e, const struct journal_idset *fin)
 			sqlite3_bind_text(st, 8, e->u.fi.reason, -1,
 			                  SQLITE_STATIC);
 		sqlite3_bind_int(st, 9, e->u.fi.truncated);
+		return journal_step(st);
+	case JEV_EXEC:
+		if (journal_idset_has(fin, e->id))
+			return SQLITE_OK;   /* finished: no group to look for */
+		st = journal.st[JST_EXEC];
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)e->id);
+		if (e->u.ex.pgid > 0) {
+			sqlite3_bind_int64(st, 2, e->u.ex.pgid);
+			sqlite3_bind_int64(st, 3,
+			                   (sqlite3_int64)e->u.ex.start_ticks);
+		}
 		return journal_step(st);
 	case JEV_CANCEL:
 		st = journal.st[JST_CANCEL];

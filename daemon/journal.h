@@ -15,7 +15,7 @@
 /* "ROKJ": PRAGMA application_id of a rok journal. */
 #define JOURNAL_APPLICATION_ID 0x524f4b4a
 /* PRAGMA user_version this rokd writes (the last migration step). */
-#define JOURNAL_SCHEMA_VERSION 1
+#define JOURNAL_SCHEMA_VERSION 2
 
 /* ---- journal-schema.c (main thread, before the journal thread runs) --- */
 /*
@@ -81,6 +81,16 @@ struct journal_finish {
 };
 void journal_finished(const struct journal_finish *f);
 void journal_cancel_requested(uint64_t id);
+/*
+ * Any thread: the child of exec task `id` started and leads process group
+ * `pgid`, which it created at `start_ticks` (/proc/<pid>/stat field 22).
+ * Recorded only while the row is unfinished; a fresh start of the task
+ * (journal_started) clears it.  journal_exec_gone: the group was killed
+ * and its leader reaped without the task's finish being journaled (a
+ * clean stop), so the next start has no group to look for.
+ */
+void journal_exec_started(uint64_t id, pid_t pgid, uint64_t start_ticks);
+void journal_exec_gone(uint64_t id);
 
 /*
  * Any thread: deletes finished tasks that finished before `before_us`

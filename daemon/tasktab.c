@@ -440,6 +440,10 @@ void tasktab_finish(struct rtask *r, struct rt_outcome *o)
 	/* Copied under the lock: eviction may free r once it is dropped. */
 	if (journaled)
 		journal_finished(&jf);
+	else
+		/* Its processes, if it had any, were killed and reaped before
+		 * its poll ended: the next start has no group to look for. */
+		journal_exec_gone(jf.id);
 	pthread_mutex_unlock(&tab.lock);
 	/*
 	 * Dropped after unlocking: the poll that calls this still holds the

@@ -33,6 +33,11 @@
  * control group: a task is its process group, and a background process
  * holding the output pipe would otherwise keep the task running forever.
  * What is still in the pipes is then read, and the task ends.
+ *
+ * Once the child started, its group and start time are journaled
+ * (journal_exec_started): if rokd dies, the leader dies with it
+ * (PDEATHSIG) but the rest of the group would not, so the next start
+ * kills it (exec-orphans.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -47,6 +52,7 @@
 #include <unistd.h>
 
 #include "exec.h"
+#include "journal.h"
 #include "rok/io.h"
 #include "rokd.h"
 
@@ -438,6 +444,26 @@ fail:
 	return -1;
 }
 
+/*
+ * Journals the child's process group (its pid: it leads the group) and its
+ * start time, for recovery to kill what is left of the group if rokd dies
+ * (exec-orphans.c).  The child is ours and unreaped: /proc/<pid> is it.
+ */
+static void exec_record_group(struct exec_job *j)
+{
+	pid_t pgrp;
+	uint64_t start;
+	int err = exec_orphans_stat(j->pid, &pgrp, &start);
+
+	if (err < 0) {
+		log_errno(err, "task %llu: /proc/%d/stat: its process group is "
+		          "not recorded, nor killed if rokd dies",
+		          (unsigned long long)j->id, (int)j->pid);
+		return;
+	}
+	journal_exec_started(j->id, j->pid, start);
+}
+
 /* Await: the spawner's answer.  Takes the child (pid, pidfd) or the reason
  * it did not start, in the poll that receives it (kept if that poll also
  * sees a cancel: the cleanup then kills the child). */
@@ -462,6 +488,7 @@ static rok_poll exec_await_start(rok_cx *cx, struct exec_job *j)
 		j->pidfd = r->pidfd;
 		r->pid = 0;
 		r->pidfd = -1;
+		exec_record_group(j);
 	} else {
 		exec_fail(j, "%s", r->reason);
 	}

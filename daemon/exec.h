@@ -1,8 +1,9 @@
 /*
  * exec.h — the private interface between the files of the exec kind:
  * exec.c (the kind: spec check, the supervising task, the outcome),
- * exec-spawn.c (who the child runs as, starting it) and exec-output.c (the
- * capture file).  Threads: everything here runs on the worker that polls
+ * exec-spawn.c (who the child runs as, starting it), exec-output.c (the
+ * capture file) and exec-orphans.c (what a run left behind when rokd
+ * died).  Threads: everything here runs on the worker that polls
  * the exec task, except where said.
  */
 #ifndef ROKD_EXEC_H
@@ -83,6 +84,36 @@ void exec_spawn_submit(struct exec_req *r);
 /* Frees a request the exec task received: kills (SIGKILL) and reaps a
  * child it could no longer supervise when `kill_child`. */
 void exec_req_free(struct exec_req *r, bool kill_child);
+
+/* ---- exec-orphans.c --------------------------------------------------- */
+
+/*
+ * Any thread: the process group (field 5) and start time (field 22, clock
+ * ticks since boot) of `pid` from /proc/<pid>/stat.  0, -ENOENT when the
+ * process is gone, or -errno.
+ */
+int exec_orphans_stat(pid_t pid, pid_t *pgrp, uint64_t *start_ticks);
+/* This boot's id (the first 64 bits of the kernel's boot_id, top bit
+ * cleared, never 0): 0 or -errno. */
+int exec_orphans_boot_id(uint64_t *id);
+
+/* A group of an interrupted run, as the journal recorded it. */
+struct exec_orphans_group {
+	uint64_t id;                /* the task */
+	pid_t pgid;
+	uint64_t start_ticks;       /* the leader's, when it started */
+	/* Out. */
+	bool member, leader;        /* seen: a process of the group, pid pgid */
+	uint64_t leader_start;
+	bool killed;
+};
+/*
+ * Main thread, at recovery: scans /proc once and sends SIGKILL to each of
+ * the n groups that still has processes and is still ours (see the file's
+ * note), logging each.  Sorts g by pgid; sets the out fields.  Returns how
+ * many groups were killed.
+ */
+size_t exec_orphans_kill(struct exec_orphans_group *g, size_t n);
 
 /* ---- exec-output.c ---------------------------------------------------- */
 

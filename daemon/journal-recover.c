@@ -8,7 +8,12 @@
  *   - a task that was running (its process, if any, died with rokd) runs
  *     again if its spec allows a retry not used yet (retries counts them),
  *     else it becomes interrupted, with the reason;
- * then every queued task (those just given a retry included) is put back
+ * Before that, the process groups of the runs that rokd's death
+ * interrupted (running rows with a pgid, cancelled ones included) go to
+ * exec_orphans_kill, which kills what is left of them, unless the machine
+ * rebooted since (meta.boot, this boot's id, is written at every start):
+ * then nothing can be left, and the ids may name anything.
+ * Then every queued task (those just given a retry included) is put back
  * into the task table with its id, uid and spec and started.  Finished
  * tasks stay in the journal only: status, join and list read them from
  * there (journal-read.c).  New ids continue above the largest id ever
@@ -20,6 +25,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "exec.h"
 #include "journal.h"
 
 static uint64_t journal_recover_now_us(void)
@@ -156,6 +162,99 @@ static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
+/*
+ * The groups of the running rows into *out (malloc'd; *n of them), or
+ * none when the journal was written in another boot.  SQLITE_OK or an
+ * error.
+ */
+static int journal_recover_groups(sqlite3 *db, uint64_t boot,
+                                  struct exec_orphans_group **out, size_t *n)
+{
+	sqlite3_stmt *st;
+	int64_t last_boot, count;
+	int rc;
+
+	*out = NULL;
+	*n = 0;
+	if ((rc = journal_recover_int(db, "SELECT count(*) FROM tasks WHERE "
+	                              "state = 2 AND pgid IS NOT NULL",
+	                              &count)) != SQLITE_OK ||
+	    (rc = journal_recover_int(db, "SELECT value FROM meta WHERE key = "
+	                              "'boot'", &last_boot)) != SQLITE_OK)
+		return rc;
+	if (count == 0)
+		return SQLITE_OK;
+	if (boot == 0 || (uint64_t)last_boot != boot) {
+		log_info("journal: %lld interrupted exec tasks ran %s: their "
+		         "process groups are not looked for", (long long)count,
+		         boot == 0 ? "in a boot this rokd cannot identify"
+		                   : "before a reboot");
+		return SQLITE_OK;
+	}
+	struct exec_orphans_group *g = calloc((size_t)count, sizeof(*g));
+	if (g == NULL)
+		return SQLITE_NOMEM;
+	rc = sqlite3_prepare_v2(db, "SELECT id, pgid, pg_start FROM tasks "
+	                        "WHERE state = 2 AND pgid IS NOT NULL", -1,
+	                        &st, NULL);
+	if (rc != SQLITE_OK) {
+		free(g);
+		return rc;
+	}
+	size_t k = 0;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW && k < (size_t)count) {
+		int64_t pgid = sqlite3_column_int64(st, 1);
+		if (pgid <= 1 || pgid > INT32_MAX)
+			continue;   /* not a group we could have made */
+		g[k].id = (uint64_t)sqlite3_column_int64(st, 0);
+		g[k].pgid = (pid_t)pgid;
+		g[k].start_ticks = (uint64_t)sqlite3_column_int64(st, 2);
+		k++;
+	}
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+		free(g);
+		return rc;
+	}
+	*out = g;
+	*n = k;
+	return SQLITE_OK;
+}
+
+/* In the recovery transaction: the reasons of the rows whose groups were
+ * killed say so; this boot becomes meta.boot. */
+static int journal_recover_note(sqlite3 *db, uint64_t boot,
+                                const struct exec_orphans_group *g, size_t n)
+{
+	sqlite3_stmt *st;
+	int rc = sqlite3_prepare_v2(db, "UPDATE tasks SET reason = reason || "
+	                            "'; the processes it left were killed' "
+	                            "WHERE id = ?1 AND reason IS NOT NULL",
+	                            -1, &st, NULL);
+
+	if (rc != SQLITE_OK)
+		return rc;
+	for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
+		if (!g[i].killed)
+			continue;
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)g[i].id);
+		rc = sqlite3_step(st);
+		sqlite3_reset(st);
+		rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+	}
+	sqlite3_finalize(st);
+	if (rc != SQLITE_OK || boot == 0)
+		return rc;
+	rc = sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO meta VALUES "
+	                        "('boot', ?1)", -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return rc;
+	sqlite3_bind_int64(st, 1, (sqlite3_int64)boot);
+	rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
 int journal_recover(char *err, size_t len)
 {
 	sqlite3 *db = journal_db();
@@ -172,8 +271,25 @@ int journal_recover(char *err, size_t len)
 		goto fail;
 	tasktab_set_next_id((uint64_t)(max_meta > max_row ? max_meta : max_row)
 	                    + 1);
-	if ((rc = journal_schema_exec(db, "BEGIN IMMEDIATE", msg, sizeof(msg))))
+	/*
+	 * Before the tasks run again: a retry must not meet the processes of
+	 * the run it replaces.  No boot id (no /proc?): nothing is looked
+	 * for, and meta.boot stays as it was.
+	 */
+	uint64_t boot;
+	if ((rc = exec_orphans_boot_id(&boot)) < 0)
+		log_errno(rc, "journal: this boot's id (/proc/sys/kernel/"
+		          "random/boot_id)");
+	struct exec_orphans_group *groups;
+	size_t ngroups;
+	if ((rc = journal_recover_groups(db, boot, &groups, &ngroups)) !=
+	    SQLITE_OK)
 		goto fail;
+	(void)exec_orphans_kill(groups, ngroups);
+	if ((rc = journal_schema_exec(db, "BEGIN IMMEDIATE", msg, sizeof(msg)))) {
+		free(groups);
+		goto fail;
+	}
 	sqlite3_stmt *st;
 	rc = sqlite3_prepare_v2(db, "UPDATE tasks SET state = 5, "
 	                        "finished_us = ?1, reason = 'cancelled; rokd "
@@ -187,6 +303,9 @@ int journal_recover(char *err, size_t len)
 	}
 	if (rc == SQLITE_OK)
 		rc = journal_recover_running(db, now, &retried, &lost);
+	if (rc == SQLITE_OK)
+		rc = journal_recover_note(db, boot, groups, ngroups);
+	free(groups);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
 	if (rc != SQLITE_OK) {

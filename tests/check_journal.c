@@ -186,6 +186,56 @@ START_TEST(schema_refuses_unchanged)
 }
 END_TEST
 
+/*
+ * A journal written by a rokd of schema version 1 (the tasks table before
+ * step 2) gains the pgid and pg_start columns, keeps its rows, and says
+ * version 2; the version-1 SQL is spelled out here because a released
+ * step never changes.
+ */
+START_TEST(schema_migrates_1_to_2)
+{
+	char path[128], err[512];
+	sqlite3 *db;
+
+	jsetup();
+	jpath(path, sizeof(path), "journal.db");
+	ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_exec(db,
+		"CREATE TABLE tasks ("
+		" id INTEGER PRIMARY KEY, uid INTEGER NOT NULL,"
+		" kind TEXT NOT NULL, spec BLOB NOT NULL,"
+		" state INTEGER NOT NULL, spawned_us INTEGER NOT NULL,"
+		" started_us INTEGER NOT NULL DEFAULT 0,"
+		" finished_us INTEGER NOT NULL DEFAULT 0, value BLOB,"
+		" exit_code INTEGER, signal INTEGER, reason TEXT,"
+		" output_truncated INTEGER NOT NULL DEFAULT 0,"
+		" retries INTEGER NOT NULL DEFAULT 0,"
+		" cancel_requested INTEGER NOT NULL DEFAULT 0);"
+		"CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"
+		" WITHOUT ROWID;"
+		"INSERT INTO meta VALUES ('max_id', 7);"
+		"INSERT INTO tasks (id, uid, kind, spec, state, spawned_us)"
+		" VALUES (7, 0, 'exec', x'', 2, 1);"
+		"PRAGMA application_id = 0x524f4b4a; PRAGMA user_version = 1",
+		NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	ck_assert_int_eq(JOURNAL_SCHEMA_VERSION, 2);
+	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), 2);
+	ck_assert_int_eq(jquery("SELECT count(*) FROM pragma_table_info('tasks')"
+	                        " WHERE name IN ('pgid', 'pg_start')"), 2);
+	ck_assert_int_eq(jquery("SELECT state FROM tasks WHERE id = 7"),
+	                 RT_RUNNING);
+	ck_assert_int_eq(jquery("SELECT pgid IS NULL AND pg_start IS NULL "
+	                        "FROM tasks WHERE id = 7"), 1);
+	ck_assert_int_eq(jquery("SELECT value FROM meta WHERE key = 'max_id'"), 7);
+	/* Migrated once: a second open finds version 2 and changes nothing. */
+	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), 2);
+	jcleanup();
+}
+END_TEST
+
 /* ---- the journal thread ---------------------------------------------- */
 
 static sem_t jdone;
@@ -237,7 +287,7 @@ START_TEST(commit_then_complete)
 	/* The callback ran after COMMIT: another connection sees the row. */
 	ck_assert_int_eq(jquery("SELECT state FROM tasks WHERE id = 1"),
 	                 RT_QUEUED);
-	ck_assert_int_eq(jquery("SELECT value FROM meta"), 1);
+	ck_assert_int_eq(jquery("SELECT value FROM meta WHERE key = 'max_id'"), 1);
 	jspawn(2, "noop", 0);
 	uint64_t t = jnow_us();
 	journal_started(1, t);
@@ -264,6 +314,56 @@ START_TEST(commit_then_complete)
 	journal_stop();   /* writes what is queued */
 	ck_assert_int_eq(jquery("SELECT cancel_requested FROM tasks WHERE "
 	                        "id = 2"), 1);
+	jcleanup();
+}
+END_TEST
+
+/*
+ * The process group of a run: recorded on an unfinished row, forgotten at
+ * a new start (a retry) and when journal_exec_gone says the group is gone,
+ * and never written to a finished row.
+ */
+START_TEST(exec_group_rows)
+{
+	jstart();
+	jspawn(1, "exec", 0);
+	journal_started(1, 5);
+	journal_exec_started(1, 4242, 77);
+	jspawn(2, "noop", 0);   /* the FIFO: committed after the above */
+	ck_assert_int_eq(jquery("SELECT pgid FROM tasks WHERE id = 1"), 4242);
+	ck_assert_int_eq(jquery("SELECT pg_start FROM tasks WHERE id = 1"), 77);
+	/* A retry's start forgets the group of the run before. */
+	journal_started(1, 6);
+	jspawn(3, "noop", 0);
+	ck_assert_int_eq(jquery("SELECT pgid IS NULL AND pg_start IS NULL "
+	                        "FROM tasks WHERE id = 1"), 1);
+	journal_exec_started(1, 4243, 78);
+	journal_exec_gone(1);
+	jspawn(4, "noop", 0);
+	ck_assert_int_eq(jquery("SELECT pgid IS NULL AND pg_start IS NULL "
+	                        "FROM tasks WHERE id = 1"), 1);
+	/* Finished: a late group record changes nothing. */
+	journal_exec_started(1, 4244, 79);
+	struct journal_finish f = { .id = 1, .state = RT_SUCCEEDED,
+	                            .started_us = 6, .finished_us = jnow_us() };
+	journal_finished(&f);
+	journal_exec_started(1, 4245, 80);
+	journal_started(1, 9);
+	jspawn(5, "noop", 0);
+	ck_assert_int_eq(jquery("SELECT state FROM tasks WHERE id = 1"),
+	                 RT_SUCCEEDED);
+	ck_assert_int_eq(jquery("SELECT started_us FROM tasks WHERE id = 1"), 6);
+	ck_assert_int_ne(jquery("SELECT coalesce(pgid, 0) FROM tasks WHERE "
+	                        "id = 1"), 4245);
+	/* A start, its group and its finish in one go: the row says finished. */
+	jspawn(6, "exec", 0);
+	journal_started(6, 5);
+	journal_exec_started(6, 4246, 81);
+	f.id = 6;
+	journal_finished(&f);
+	journal_stop();
+	ck_assert_int_eq(jquery("SELECT state FROM tasks WHERE id = 6"),
+	                 RT_SUCCEEDED);
 	jcleanup();
 }
 END_TEST
@@ -311,7 +411,7 @@ START_TEST(prune_keeps_max_id)
 	ck_assert_int_eq(journal_prune(0, 0, jprune_cb, NULL), 0);
 	ck_assert_int_eq(sem_wait(&jpruned), 0);
 	ck_assert_int_eq(atomic_load(&jpruned_n), 1);
-	ck_assert_int_eq(jquery("SELECT value FROM meta"), 5);
+	ck_assert_int_eq(jquery("SELECT value FROM meta WHERE key = 'max_id'"), 5);
 	journal_stop();
 	jcleanup();
 }
@@ -331,6 +431,9 @@ START_TEST(recover_states)
 	                            .finished_us = jnow_us() };
 	journal_finished(&f);
 	journal_started(2, 5);
+	/* A group no process can be in (above the largest pid_max): the
+	 * /proc scan finds nothing to kill. */
+	journal_exec_started(2, 4194305, 1);
 	journal_started(3, 5);
 	journal_started(5, 5);
 	journal_cancel_requested(5);
@@ -346,6 +449,9 @@ START_TEST(recover_states)
 	ck_assert_int_eq(journal_recover(err, sizeof(err)), 0);
 	ck_assert_int_eq(jquery("SELECT state FROM tasks WHERE id = 2"),
 	                 RT_INTERRUPTED);
+	ck_assert_int_eq(jquery("SELECT reason NOT LIKE '%killed%' FROM tasks "
+	                        "WHERE id = 2"), 1);
+	ck_assert_int_gt(jquery("SELECT value FROM meta WHERE key = 'boot'"), 0);
 	ck_assert_int_eq(jquery("SELECT retries FROM tasks WHERE id = 3"), 1);
 	ck_assert_int_eq(jquery("SELECT state FROM tasks WHERE id = 5"),
 	                 RT_CANCELLED);
@@ -374,7 +480,9 @@ static Suite *journal_suite(void)
 	const struct test_case cases[] = {
 		{ "schema_new_and_reopen", schema_new_and_reopen },
 		{ "schema_refuses_unchanged", schema_refuses_unchanged },
+		{ "schema_migrates_1_to_2", schema_migrates_1_to_2 },
 		{ "commit_then_complete", commit_then_complete },
+		{ "exec_group_rows", exec_group_rows },
 		{ "prune_keeps_max_id", prune_keeps_max_id },
 		{ "recover_states", recover_states },
 	};

@@ -15,7 +15,8 @@
  *   - the process with pid == pgid started at the recorded time: it is our
  *     leader itself (PDEATHSIG was not delivered).
  * A process with pid == pgid and another start time means the id was
- * reused: that group is someone else's and is left alone.
+ * reused: that group is someone else's and is left alone.  So is the
+ * group rokd itself runs in, whatever the rules say.
  *
  * What this cannot see: a group of ours that emptied completely, then a
  * new process that got the same pid, made it a group and died leaving
@@ -191,6 +192,15 @@ size_t exec_orphans_kill(struct exec_orphans_group *g, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		if (!g[i].member)
 			continue;   /* nothing left: the usual case */
+		if (g[i].pgid == getpgrp()) {
+			/* Reused for the group rokd itself runs in (its leader
+			 * gone, say a shell that started rokd in the
+			 * background): never ours to kill. */
+			log_info("task %llu: process group %d of its interrupted "
+			         "run is not killed: rokd itself runs in it now",
+			         (unsigned long long)g[i].id, (int)g[i].pgid);
+			continue;
+		}
 		if (g[i].leader && g[i].leader_start != g[i].start_ticks) {
 			log_info("task %llu: process group %d of its interrupted "
 			         "run is not killed: that id now belongs to "

@@ -1,8 +1,9 @@
 /*
  * check_journal.c — the journal's modules in-process: opening and refusing
  * databases (journal-schema.c), group commit and its completions
- * (journal.c), finished rows that never change, prune (journal-prune.c)
- * and recovery (journal-recover.c).  rokd from the outside — restarts,
+ * (journal.c), finished rows that never change, prune (journal-prune.c),
+ * recovery (journal-recover.c) and the rules by which it kills what an
+ * interrupted exec run left (exec-orphans.c).  rokd from the outside — restarts,
  * kill -9, full disks, injected faults — is tests/journal.test and
  * tests/crash.test.
  *
@@ -18,10 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "exec.h"
 #include "journal.h"
 #include "testutil.h"
 
@@ -368,6 +372,79 @@ START_TEST(exec_group_rows)
 }
 END_TEST
 
+/* A child that leads its own process group and sleeps until killed. */
+static pid_t jleader(void)
+{
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		setpgid(0, 0);
+		for (;;)
+			pause();
+	}
+	/* Also from here: the group exists when this returns. */
+	ck_assert_int_eq(setpgid(pid, pid), 0);
+	return pid;
+}
+
+/*
+ * exec_orphans_kill's rules on live groups: a leader that started at the
+ * recorded time is ours (killed); one that started at another time holds
+ * a reused id (left alone); a group with no process is nothing to do; the
+ * group the caller itself runs in is never killed.
+ */
+START_TEST(orphans_rules)
+{
+	pid_t reused = jleader(), ours = jleader(), pgrp;
+	uint64_t t_reused, t_ours;
+	int status;
+
+	jsetup();
+	ck_assert_int_eq(exec_orphans_stat(reused, &pgrp, &t_reused), 0);
+	ck_assert_int_eq(pgrp, reused);
+	ck_assert_int_eq(exec_orphans_stat(ours, &pgrp, &t_ours), 0);
+	ck_assert_int_eq(pgrp, ours);
+	struct exec_orphans_group g[] = {
+		{ .id = 1, .pgid = reused, .start_ticks = t_reused + 1 },
+		{ .id = 2, .pgid = ours, .start_ticks = t_ours },
+		{ .id = 3, .pgid = 4194305, .start_ticks = 1 },
+	};
+	ck_assert_uint_eq(exec_orphans_kill(g, 3), 1);
+	for (size_t i = 0; i < 3; i++)
+		ck_assert(g[i].killed == (g[i].id == 2));
+	ck_assert_int_eq(waitpid(ours, &status, 0), ours);
+	ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	ck_assert_int_eq(waitpid(reused, &status, WNOHANG), 0);   /* alive */
+	kill(reused, SIGKILL);
+	ck_assert_int_eq(waitpid(reused, &status, 0), reused);
+
+	/* In a child leading its own group: its own group matches every
+	 * rule for a kill, and is spared. */
+	pid_t self = fork();
+	ck_assert_int_ge(self, 0);
+	if (self == 0) {
+		uint64_t t;
+		setpgid(0, 0);
+		if (exec_orphans_stat(getpid(), &pgrp, &t) != 0)
+			_exit(2);
+		struct exec_orphans_group mine = {
+			.id = 4, .pgid = getpid(), .start_ticks = t };
+		_exit(exec_orphans_kill(&mine, 1) == 0 && !mine.killed ? 0 : 1);
+	}
+	ck_assert_int_eq(waitpid(self, &status, 0), self);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+	uint64_t boot, boot2;
+	ck_assert_int_eq(exec_orphans_boot_id(&boot), 0);
+	ck_assert_int_eq(exec_orphans_boot_id(&boot2), 0);
+	ck_assert_uint_ne(boot, 0);
+	ck_assert_uint_eq(boot, boot2);
+	ck_assert_uint_lt(boot, (uint64_t)INT64_MAX + 1);
+	jcleanup();
+}
+END_TEST
+
 static sem_t jpruned;
 static _Atomic int64_t jpruned_n = -1;
 
@@ -483,6 +560,7 @@ static Suite *journal_suite(void)
 		{ "schema_migrates_1_to_2", schema_migrates_1_to_2 },
 		{ "commit_then_complete", commit_then_complete },
 		{ "exec_group_rows", exec_group_rows },
+		{ "orphans_rules", orphans_rules },
 		{ "prune_keeps_max_id", prune_keeps_max_id },
 		{ "recover_states", recover_states },
 	};

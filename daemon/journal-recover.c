@@ -66,6 +66,10 @@ static int journal_recover_running(sqlite3 *db, uint64_t now,
 		return rc;
 	rc = sqlite3_prepare_v2(db, "UPDATE tasks SET state = ?2, retries = ?3, "
 	                        "started_us = CASE WHEN ?2 = 1 THEN 0 ELSE started_us END, "
+	                        /* a queued row has no group: the run's
+	                         * group was dealt with before this */
+	                        "pgid = CASE WHEN ?2 = 1 THEN NULL ELSE pgid END, "
+	                        "pg_start = CASE WHEN ?2 = 1 THEN NULL ELSE pg_start END, "
 	                        "finished_us = ?4, reason = ?5 "
 	                        "WHERE id = ?1", -1, &upd, NULL);
 	if (rc != SQLITE_OK) {

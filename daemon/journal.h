@@ -1,9 +1,10 @@
 /*
- * journal.h — the job journal: every spawn, start, finish and cancel
- * request in <state_dir>/journal.db (sqlite3, WAL), written by one thread
- * with group commit.  See journal.c (the thread), journal-schema.c (open,
- * verify, migrate), journal-recover.c (replay at start), journal-read.c
- * (lookups of tasks no longer in memory) and journal-prune.c (retention).
+ * journal.h — the job journal: every spawn, start (with an exec run's
+ * process group), finish and cancel request in <state_dir>/journal.db
+ * (sqlite3, WAL), written by one thread with group commit.  See journal.c
+ * (the thread), journal-schema.c (open, verify, migrate), journal-recover.c
+ * (replay at start), journal-read.c (lookups of tasks no longer in memory)
+ * and journal-prune.c (retention).
  */
 #ifndef ROKD_JOURNAL_H
 #define ROKD_JOURNAL_H

@@ -69,7 +69,8 @@ static int journal_recover_running(sqlite3 *db, uint64_t now,
 	                        /* a queued row has no group: the run's
 	                         * group was dealt with before this */
 	                        "pgid = CASE WHEN ?2 = 1 THEN NULL ELSE pgid END, "
-	                        "pg_start = CASE WHEN ?2 = 1 THEN NULL ELSE pg_start END, "
+	                        "pg_start = CASE WHEN ?2 = 1 THEN NULL "
+	                        "ELSE pg_start END, "
 	                        "finished_us = ?4, reason = ?5 "
 	                        "WHERE id = ?1", -1, &upd, NULL);
 	if (rc != SQLITE_OK) {

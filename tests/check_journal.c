@@ -3,9 +3,9 @@
  * databases (journal-schema.c), group commit and its completions
  * (journal.c), finished rows that never change, prune (journal-prune.c),
  * recovery (journal-recover.c) and the rules by which it kills what an
- * interrupted exec run left (exec-orphans.c).  rokd from the outside — restarts,
- * kill -9, full disks, injected faults — is tests/journal.test and
- * tests/crash.test.
+ * interrupted exec run left (exec-orphans.c).  rokd from the outside —
+ * restarts, kill -9, full disks, injected faults — is tests/journal.test
+ * and tests/crash.test.
  *
  * Each test runs in its own forked process (Check's default) with a fresh
  * state directory, so the daemon's globals (config, task table, journal)

@@ -6,7 +6,8 @@
  * signal name (SIGKILL) or "-"; TIME is how long the task ran (so far);
  * VALUE is the result with control characters and invalid UTF-8 escaped,
  * since it is bytes from a program and the terminal must not interpret it;
- * a task without a value shows its failure reason in brackets.
+ * a task without a value shows its failure reason in brackets; an exec
+ * task whose output the daemon capped says "[output truncated]".
  *
  * JSON object per task: id, state, kind, exit_code (number or null),
  * signal (number or null), value (+ value_base64 when value is not valid
@@ -255,6 +256,10 @@ void print_tasks(struct rokctl *ctx, struct print_table *tab,
 				      t[i].reason.len, tab->truncate ? 40 : 0);
 			putchar(']');
 		}
+		if (t[i].output_truncated)
+			fputs(t[i].value.len > 0 || t[i].reason.len > 0
+			      ? " [output truncated]" : "[output truncated]",
+			      stdout);
 		putchar('\n');
 	}
 }

@@ -14,5 +14,5 @@ void cmd_join(struct conn *c, const Request *req)
 		return;
 	}
 	(void)waiter_start(c, req->id, WAIT_JOIN, j->ids, j->n_ids,
-	                   j->timeout_ms, false);
+	                   j->timeout_ms, false, false);
 }

@@ -14,5 +14,5 @@ void cmd_race(struct conn *c, const Request *req)
 		return;
 	}
 	(void)waiter_start(c, req->id, WAIT_RACE, r->ids, r->n_ids,
-	                   r->timeout_ms, r->cancel_rest);
+	                   r->timeout_ms, r->cancel_rest, false);
 }

@@ -65,15 +65,21 @@ static void select_done(void *arg, int err, const char *msg)
 		rok__v1__task_spec__free_unpacked(spec, NULL);
 		free(p->task[i].spec);
 	}
-	if (ids != NULL)
-		(void)waiter_start(c, p->req_id, WAIT_SELECT, ids, p->n,
-		                   p->timeout_ms, true);
-	else
+	/* The waiter takes over the wait begun in cmd_select: with the tasks
+	 * running, the in-flight limit must not refuse it now. */
+	if (ids == NULL) {
 		conn_send_error(c, p->req_id, ROK__V1__ERROR_CODE__INTERNAL,
 		                "out of memory");
+		conn_end_wait(c);
+	} else if (waiter_start(c, p->req_id, WAIT_SELECT, ids, p->n,
+	                        p->timeout_ms, true, true) < 0) {
+		/* Answered with the error: nobody waits for the winner, so
+		 * no task of this select may run on. */
+		for (size_t i = 0; i < p->n; i++)
+			(void)tasktab_cancel(ids[i], conn_uid(c));
+	}
 	free(ids);
 	free(p);
-	conn_end_wait(c);
 }
 
 void cmd_select(struct conn *c, const Request *req)

@@ -44,10 +44,12 @@ int cmd_create_task(struct conn *c, const TaskSpec *spec, struct rtask **out,
 }
 
 /*
- * A spawn waiting for its journal commit.  A spawn that its task will
- * answer (wait without a time limit) counts as a wait on the connection
- * (conn_begin_wait, bounded by max_in_flight) from the start; any other is
- * held (conn_hold) until it is answered.  Either keeps the connection alive.
+ * A spawn waiting for its journal commit.  A spawn with wait counts as a
+ * wait on the connection (conn_begin_wait, bounded by max_in_flight) from
+ * the start, so that once its task is durable and started nothing can
+ * refuse it any more: the task itself (no time limit) or a waiter (a time
+ * limit) takes the wait over and answers.  A plain spawn is held
+ * (conn_hold) until it is answered.  Either keeps the connection alive.
  */
 struct spawn_pending {
 	struct conn *conn;
@@ -67,7 +69,7 @@ static bool spawn_answered_by_task(const struct spawn_pending *p)
 /* Lets the connection go when the spawn was answered here. */
 static void spawn_let_go(const struct spawn_pending *p)
 {
-	if (spawn_answered_by_task(p))
+	if (p->wait)
 		conn_end_wait(p->conn);
 	else
 		conn_release(p->conn);
@@ -115,17 +117,19 @@ static void cmd_spawn_done(void *arg, int err, const char *msg)
 		(void)tasktab_start(p->rec, spec, NULL);
 	rok__v1__task_spec__free_unpacked(spec, NULL);
 	if (p->wait) {
+		/* The waiter ends the wait begun in cmd_spawn. */
 		(void)waiter_start(c, p->req_id, WAIT_SPAWN, &id, 1,
-		                   p->wait_timeout_ms, false);
-	} else {
-		Response resp = ROK__V1__RESPONSE__INIT;
-		Rok__V1__SpawnReply sr = ROK__V1__SPAWN_REPLY__INIT;
-		sr.id = id;
-		resp.id = p->req_id;
-		resp.body_case = ROK__V1__RESPONSE__BODY_SPAWN;
-		resp.spawn = &sr;
-		conn_send(c, &resp);
+		                   p->wait_timeout_ms, false, true);
+		free(p);
+		return;
 	}
+	Response resp = ROK__V1__RESPONSE__INIT;
+	Rok__V1__SpawnReply sr = ROK__V1__SPAWN_REPLY__INIT;
+	sr.id = id;
+	resp.id = p->req_id;
+	resp.body_case = ROK__V1__RESPONSE__BODY_SPAWN;
+	resp.spawn = &sr;
+	conn_send(c, &resp);
 	conn_release(c);
 	free(p);
 }
@@ -152,7 +156,7 @@ void cmd_spawn(struct conn *c, const Request *req)
 	p->req_id = req->id;
 	p->wait = sp->wait;
 	p->wait_timeout_ms = sp->wait_timeout_ms;
-	if (spawn_answered_by_task(p)) {
+	if (p->wait) {
 		if (!conn_begin_wait(c, req->id)) {
 			free(p);
 			return;   /* answered: too many requests in flight */

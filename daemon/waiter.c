@@ -229,9 +229,19 @@ static rok_poll waiter_poll(rok_cx *cx, void *frame)
 	ROK_END(cx);
 }
 
+/* Answers a request whose wait could not start; ends a begun wait. */
+static void waiter_refuse(struct conn *c, uint64_t req_id, bool begun,
+                          ErrorCode code, const char *msg)
+{
+	if (begun)
+		reply_post_error(c, req_id, code, msg);
+	else
+		conn_send_error(c, req_id, code, "%s", msg);
+}
+
 int waiter_start(struct conn *c, uint64_t req_id, int mode,
                  const uint64_t *ids, size_t n, uint64_t timeout_ms,
-                 bool cancel_rest)
+                 bool cancel_rest, bool begun)
 {
 	struct waiter f = {
 		.conn = c,
@@ -255,8 +265,8 @@ int waiter_start(struct conn *c, uint64_t req_id, int mode,
 	if (f.ids == NULL || f.handles == NULL || f.live == NULL ||
 	    f.live_index == NULL) {
 		waiter_free(&f);
-		conn_send_error(c, req_id, ROK__V1__ERROR_CODE__INTERNAL,
-		                "out of memory");
+		waiter_refuse(c, req_id, begun, ROK__V1__ERROR_CODE__INTERNAL,
+		              "out of memory");
 		return -ENOMEM;
 	}
 	memcpy(f.ids, ids, n * sizeof(*ids));
@@ -269,7 +279,7 @@ int waiter_start(struct conn *c, uint64_t req_id, int mode,
 			                 ? "no such task"
 			                 : "belongs to another user");
 			waiter_free(&f);
-			conn_send_error(c, req_id, (ErrorCode)code, "%s", msg);
+			waiter_refuse(c, req_id, begun, (ErrorCode)code, msg);
 			return -ENOENT;
 		}
 		if (f.handles[i] != NULL) {
@@ -277,7 +287,7 @@ int waiter_start(struct conn *c, uint64_t req_id, int mode,
 			f.live_index[f.nlive++] = i;
 		}
 	}
-	if (!conn_begin_wait(c, req_id)) {
+	if (!begun && !conn_begin_wait(c, req_id)) {
 		waiter_free(&f);
 		return -EAGAIN;
 	}

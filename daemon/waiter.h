@@ -15,11 +15,14 @@ enum {
 
 /*
  * Starts the wait for `ids` on behalf of request req_id of connection c
- * (reactor thread); its reply comes later.  On failure the request has been
- * answered already.  Returns 0 or -errno.
+ * (reactor thread); its reply comes later.  `begun`: the caller counted the
+ * wait already (conn_begin_wait) and the waiter takes it over, so a wait
+ * whose tasks were started cannot be refused for the in-flight limit.  On
+ * failure the request has been answered already (and a begun wait ended).
+ * Returns 0 or -errno.
  */
 int waiter_start(struct conn *c, uint64_t req_id, int mode,
                  const uint64_t *ids, size_t n, uint64_t timeout_ms,
-                 bool cancel_rest);
+                 bool cancel_rest, bool begun);
 
 #endif /* ROKD_WAITER_H */

@@ -421,6 +421,42 @@ static int rc_state(int fd, uint64_t id)
 	return st;
 }
 
+/* select {sleep 1h, echo won}: spawned server-side; the echo wins and the
+ * sleep is cancelled. */
+static void rc_select_echo_wins(int fd)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__SelectRequest sel = ROK__V1__SELECT_REQUEST__INIT;
+	Rok__V1__TaskSpec a = ROK__V1__TASK_SPEC__INIT, b = a;
+	Rok__V1__TaskSpec *specs[2] = { &a, &b };
+	ProtobufCBinaryData aa = bin("1h"), ba = bin("won");
+	a.kind = bin("sleep");
+	a.args = &aa;
+	a.n_args = 1;
+	b.kind = bin("echo");
+	b.args = &ba;
+	b.n_args = 1;
+	sel.specs = specs;
+	sel.n_specs = 2;
+	req.id = 41;
+	req.body_case = ROK__V1__REQUEST__BODY_SELECT;
+	req.select = &sel;
+	rc_send(fd, &req);
+	Response *r = rc_recv(fd);
+	ck_assert_msg(r->error == NULL, "select failed: %.*s",
+	              r->error ? (int)r->error->message.len : 0,
+	              r->error ? (char *)r->error->message.data : "");
+	ck_assert_uint_eq(r->select->index, 1);
+	ck_assert_uint_eq(r->select->n_ids, 2);
+	ck_assert_int_eq(memcmp(r->select->winner->value.data, "won", 3), 0);
+	uint64_t loser = r->select->ids[0];
+	rok__v1__response__free_unpacked(r, NULL);
+	r = rc_join(fd, &loser, 1, 0);
+	ck_assert_int_eq(r->join->tasks[0]->state,
+	                 ROK__V1__TASK_STATE__TASK_CANCELLED);
+	rok__v1__response__free_unpacked(r, NULL);
+}
+
 START_TEST(race_and_select)
 {
 	rokd_start(NULL);
@@ -444,35 +480,61 @@ START_TEST(race_and_select)
 	                 ROK__V1__TASK_STATE__TASK_CANCELLED);
 	rok__v1__response__free_unpacked(r, NULL);
 
-	/* select: spawned server-side; the echo wins, the sleep is cancelled */
+	rc_select_echo_wins(fd);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
+/*
+ * A wait whose tasks are durable and started cannot be refused any more:
+ * with one request in flight allowed, a select (which holds the slot while
+ * its spawns are journaled) still gets its answer, and a spawn --wait with a
+ * time limit is refused up front, before a task exists, when the slot is
+ * taken.
+ */
+START_TEST(waits_begun_before_commit)
+{
+	rokd_start("max_in_flight = 1");
+	int fd = rc_hello();
+
+	rc_select_echo_wins(fd);
+	uint64_t id = rc_spawn(fd, "sleep", "300ms");
 	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__SelectRequest sel = ROK__V1__SELECT_REQUEST__INIT;
-	Rok__V1__TaskSpec a = ROK__V1__TASK_SPEC__INIT, b = a;
-	Rok__V1__TaskSpec *specs[2] = { &a, &b };
-	ProtobufCBinaryData aa = bin("1h"), ba = bin("won");
-	a.kind = bin("sleep");
-	a.args = &aa;
-	a.n_args = 1;
-	b.kind = bin("echo");
-	b.args = &ba;
-	b.n_args = 1;
-	sel.specs = specs;
-	sel.n_specs = 2;
-	req.id = 41;
-	req.body_case = ROK__V1__REQUEST__BODY_SELECT;
-	req.select = &sel;
-	rc_send(fd, &req);
-	r = rc_recv(fd);
+	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
+	j.ids = &id;
+	j.n_ids = 1;
+	req.id = 9;
+	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
+	req.join = &j;
+	rc_send(fd, &req);                       /* takes the slot */
+	/* spawn --wait-timeout 10s: its wait would come from a waiter */
+	Request sreq = ROK__V1__REQUEST__INIT;
+	Rok__V1__SpawnRequest sp = ROK__V1__SPAWN_REQUEST__INIT;
+	Rok__V1__TaskSpec spec = ROK__V1__TASK_SPEC__INIT;
+	ProtobufCBinaryData arg = bin("late");
+	spec.kind = bin("echo");
+	spec.args = &arg;
+	spec.n_args = 1;
+	sp.spec = &spec;
+	sp.wait = true;
+	sp.wait_timeout_ms = 10000;
+	sreq.id = 8;
+	sreq.body_case = ROK__V1__REQUEST__BODY_SPAWN;
+	sreq.spawn = &sp;
+	rc_send(fd, &sreq);
+	Response *r = rc_recv(fd);
+	ck_assert_uint_eq(r->id, 8);
+	ck_assert_ptr_nonnull(r->error);
+	ck_assert_int_eq(r->error->code,
+	                 ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED);
+	rok__v1__response__free_unpacked(r, NULL);
+	r = rc_recv(fd);                         /* the join */
+	ck_assert_uint_eq(r->id, 9);
 	ck_assert_ptr_null(r->error);
-	ck_assert_uint_eq(r->select->index, 1);
-	ck_assert_uint_eq(r->select->n_ids, 2);
-	ck_assert_int_eq(memcmp(r->select->winner->value.data, "won", 3), 0);
-	uint64_t loser = r->select->ids[0];
 	rok__v1__response__free_unpacked(r, NULL);
-	r = rc_join(fd, &loser, 1, 0);
-	ck_assert_int_eq(r->join->tasks[0]->state,
-	                 ROK__V1__TASK_STATE__TASK_CANCELLED);
-	rok__v1__response__free_unpacked(r, NULL);
+	/* The refused spawn took no id: nothing of it exists. */
+	ck_assert_uint_eq(rc_spawn(fd, "noop", NULL), id + 1);
 	close(fd);
 	rokd_stop();
 }
@@ -1007,6 +1069,7 @@ static Suite *rokd_suite(void)
 		{ "spawn_join", spawn_join_kinds },
 		{ "timeouts_cancel", timeouts_and_cancel },
 		{ "race_select", race_and_select },
+		{ "waits_begun", waits_begun_before_commit },
 		{ "typed_errors", typed_errors },
 		{ "bad_frames", bad_frames },
 		{ "many_ids", many_ids_one_join },

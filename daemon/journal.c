@@ -117,7 +117,8 @@ static const char *const journal_sql[JST_COUNT] = {
 	               "finished_us = ?4, value = ?5, exit_code = ?6, "
 	               "signal = ?7, reason = ?8, output_truncated = ?9 "
 	               "WHERE id = ?1 AND state < 3",
-	[JST_CANCEL] = "UPDATE tasks SET cancel_requested = 1 WHERE id = ?1",
+	[JST_CANCEL] = "UPDATE tasks SET cancel_requested = 1 WHERE id = ?1 "
+	               "AND state < 3",
 	[JST_MAXID] = "UPDATE meta SET value = ?1 WHERE key = 'max_id' AND "
 	              "value < ?1",
 	/* NULL binds (the group is gone) clear both. */
@@ -800,8 +801,10 @@ static void *journal_main(void *arg)
 			failing = false;
 			journal_done(b, ndone);
 		} else {
-			failing = true;
 			journal_fail(b, rc);
+			/* Retried every 100 ms while updates are retained; a
+			 * batch of spawns alone was answered and is over. */
+			failing = journal.retained != NULL;
 			if (journal.stopping) {
 				/* At stop, one more try is all we can give. */
 				int rc2 = journal_commit(journal.retained,

@@ -370,8 +370,9 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 	if (r->state == RT_QUEUED || r->state == RT_RUNNING) {
 		r->handle = h;   /* kept for join, race and cancel */
 		/* A spawn whose journal commit completed after the stop began
-		 * (tasktab_cancel_all): stopped like the others. */
-		if (tab.stopping)
+		 * (tasktab_cancel_all), or that a client cancelled meanwhile:
+		 * stopped before it starts. */
+		if (tab.stopping || r->cancel_requested)
 			rok_task_cancel(h);
 	} else {
 		rok_task_unref(h);   /* it finished already */
@@ -620,7 +621,10 @@ int tasktab_cancel(uint64_t id, uid_t uid)
 
 	pthread_mutex_lock(&tab.lock);
 	int code = tasktab_visible(id, uid, &r);
-	bool live = code == 0 && (r->handle != NULL || r->ctl != NULL);
+	/* Unfinished, even if not started yet (its spawn still waiting for
+	 * the journal): tasktab_start then cancels it at once. */
+	bool live = code == 0 &&
+	            (r->state == RT_QUEUED || r->state == RT_RUNNING);
 	bool journal = live && !r->cancel_requested;
 	if (live) {
 		r->cancel_requested = true;

@@ -12,10 +12,13 @@
  * end; the final reply goes through reply_post, which ends that wait.
  *
  * Flow control: a follower sends only while its connection has less than
- * LOGS_HIGH bytes queued, and resumes when conn.c reports the output
+ * logs_high() bytes queued, and resumes when conn.c reports the output
  * drained (logs_conn_writable).  So a client that does not read holds at
- * most LOGS_HIGH + one reply of memory per stream, and streams never trip
- * conn.c's max_output.
+ * most logs_high() + one reply of memory per stream.  Both are kept under
+ * the limits of rokd.conf (half and a quarter of max_output, a reply under
+ * max_frame), so streams do not trip conn.c's max_output; only a reply of
+ * one large record (up to EXEC_REC_MAX) can exceed a max_output set below
+ * four times that.
  *
  * Wake-ups: an exec task that appends output, and every task that ends,
  * calls logs_notify(id).  It is one atomic load when nobody follows
@@ -27,7 +30,7 @@
  * and wakes it, or the follower sees what the task did.
  *
  * The file is read on the reactor thread (pread of the page cache, at most
- * LOGS_BATCH bytes per reply); records cut short at the end of the file
+ * logs_batch() bytes per reply); records cut short at the end of the file
  * (being written) are left for the next pump.
  */
 #include <errno.h>
@@ -44,6 +47,25 @@
 #define LOGS_HIGH (256u << 10)       /* queued bytes before pausing */
 #define LOGS_BATCH (EXEC_REC_MAX + EXEC_REC_HDR)
 #define LOGS_CHUNKS 64               /* records per reply, at most */
+
+/* Bytes queued for a connection before its streams pause. */
+static size_t logs_high(void)
+{
+	return config.max_output / 2 < LOGS_HIGH ? config.max_output / 2
+	                                         : LOGS_HIGH;
+}
+
+/* Bytes of records per reply (a reply holds at least one record). */
+static size_t logs_batch(void)
+{
+	size_t b = LOGS_BATCH;
+
+	if (config.max_output / 4 < b)
+		b = config.max_output / 4;
+	if (config.max_frame > 1024 && config.max_frame - 1024 < b)
+		b = config.max_frame - 1024;   /* room for the framing */
+	return b;
+}
 
 struct follower {
 	struct conn *conn;
@@ -123,6 +145,8 @@ static int logs_send_batch(struct follower *f)
 			return -1;   /* not a file we wrote */
 		if ((size_t)got - at - EXEC_REC_HDR < len)
 			break;       /* being written, or past this batch */
+		if (n > 0 && at + EXEC_REC_HDR + len > logs_batch())
+			break;       /* keep one reply under the limits */
 		rok__v1__log_chunk__init(&chunks[n]);
 		chunks[n].stream = h[0];
 		chunks[n].data.data = (uint8_t *)h + EXEC_REC_HDR;
@@ -130,8 +154,6 @@ static int logs_send_batch(struct follower *f)
 		ptrs[n] = &chunks[n];
 		n++;
 		at += EXEC_REC_HDR + len;
-		if (at >= LOGS_BATCH)
-			break;       /* keep one reply under the frame limit */
 	}
 	if (n == 0)
 		return 0;
@@ -157,7 +179,7 @@ static void logs_pump(struct follower *f)
 	/* Looked at before reading: a task that has ended wrote everything. */
 	bool finished = tasktab_finished(f->task_id);
 	for (;;) {
-		if (conn_output_len(f->conn) >= LOGS_HIGH)
+		if (conn_output_len(f->conn) >= logs_high())
 			return;   /* logs_conn_writable resumes */
 		int rc = logs_send_batch(f);
 		if (conn_closed(f->conn)) {

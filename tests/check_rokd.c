@@ -1031,11 +1031,12 @@ START_TEST(logs_stream)
 END_TEST
 
 /* A stream to a client that reads slowly is paced by the client: with
- * max_output far below the output's size, the connection is not dropped,
- * and every byte arrives. */
+ * max_output far below the output's size (and as low as the stream's own
+ * default pause threshold, 256 KiB), the connection is not dropped, and
+ * every byte arrives. */
 START_TEST(logs_slow_reader)
 {
-	rokd_start("max_output = 1048576");
+	rokd_start("max_output = 262144");
 	int fd = rc_hello();
 	char *out[3], order[8];
 	size_t len[3];

@@ -205,12 +205,12 @@ static rok_task *worker_next(struct worker *w)
 }
 
 /*
- * Takes half the deque (at most max) of the first non-empty victim, starting
- * at a random one; keeps all but the first task in its own deque.  Victims
- * are the pool workers and the helpers (monitor.c), whose structs live until
- * stop, so a thief never reads a freed deque.
+ * Takes half the deque (at most WORKER_STEAL_MAX) of the first non-empty
+ * victim, starting at a random one; keeps all but the first task in its own
+ * deque.  Victims are the pool workers and the helpers (monitor.c), whose
+ * structs live until stop, so a thief never reads a freed deque.
  */
-static rok_task *worker_steal_from_pool(struct worker *w, size_t max)
+static rok_task *worker_steal_from_pool(struct worker *w)
 {
 	unsigned pool = executor.nworkers;
 	unsigned n = pool + atomic_load_explicit(&executor.nhelpers,
@@ -226,7 +226,7 @@ static rok_task *worker_steal_from_pool(struct worker *w, size_t max)
 		        : executor.helpers[v - pool];
 		if (victim == w)
 			continue;
-		size_t k = deque_steal(&victim->deque, buf, max);
+		size_t k = deque_steal(&victim->deque, buf, WORKER_STEAL_MAX);
 		if (k == 0)
 			continue;
 		for (size_t j = 1; j < k; j++)
@@ -251,7 +251,7 @@ static rok_task *worker_steal(struct worker *w)
 			return NULL;
 		w->searching = true;
 	}
-	rok_task *t = worker_steal_from_pool(w, WORKER_STEAL_MAX);
+	rok_task *t = worker_steal_from_pool(w);
 	return t != NULL ? t : worker_take_remote(w);
 }
 
@@ -462,7 +462,7 @@ void *worker_helper_main(void *arg)
 			t = atomic_exchange_explicit(&stuck->lifo, NULL,
 			                             memory_order_acquire);
 		if (t == NULL)
-			t = worker_steal_from_pool(h, WORKER_STEAL_MAX);
+			t = worker_steal_from_pool(h);
 		if (t != NULL) {
 			worker_run_task(h, t);
 			continue;

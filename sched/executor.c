@@ -52,8 +52,19 @@ int rok_workers(void)
 	return executor_tls.worker != NULL ? (int)executor.nworkers : 1;
 }
 
+int executor_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int err = pthread_create(thread, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return -err;
+}
+
 int executor_env_uint(const char *name, unsigned lo, unsigned hi,
-                             unsigned *out)
+                      unsigned *out)
 {
 	const char *s = getenv(name);
 	char *end;

@@ -72,6 +72,10 @@ static inline bool executor_running(void)
 	       EXECUTOR_RUNNING;
 }
 
+/* Creates a runtime thread with every signal blocked, so that signals stay
+ * with the program's own threads.  0 or -errno. */
+int executor_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg);
+
 /* Reads an integer in [lo, hi] from the environment into *out (untouched
  * if unset or empty): 0, or -EINVAL. */
 int executor_env_uint(const char *name, unsigned lo, unsigned hi,

@@ -32,7 +32,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,12 +133,7 @@ static void monitor_hand_off(struct worker *stuck, uint32_t seq)
 	h->wheel = stuck->wheel;
 	h->mon_seen = atomic_load_explicit(&h->poll_seq, memory_order_relaxed);
 	atomic_store(&h->retired, false);
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int err = pthread_create(&h->thread, NULL, worker_helper_main, h);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (err != 0)
+	if (executor_thread_create(&h->thread, worker_helper_main, h) < 0)
 		return;
 	h->active = true;
 	stuck->helped_by = h;
@@ -220,11 +214,7 @@ int monitor_start(void)
 	if (executor.thread_per_core || executor.nworkers == 0)
 		return 0;   /* every task is pinned: nothing to hand off */
 	atomic_store(&monitor.sleeping, false);
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int err = -pthread_create(&monitor.thread, NULL, monitor_main, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int err = executor_thread_create(&monitor.thread, monitor_main, NULL);
 	if (err < 0)
 		return err;
 	monitor.running = true;

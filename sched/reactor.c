@@ -66,7 +66,6 @@
 #include <event2/event.h>
 #include <limits.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -568,11 +567,7 @@ static int reactor_start_locked(void)
 	reactor.calls_tail = &reactor.calls;
 
 	/* The reactor leaves signals to the program's own threads. */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	err = -pthread_create(&reactor.thread, NULL, reactor_main, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	err = executor_thread_create(&reactor.thread, reactor_main, NULL);
 	if (err < 0) {
 		reactor_table_free_locked();
 		goto fail;

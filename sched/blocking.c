@@ -178,12 +178,22 @@ static void blocking_configure_locked(struct blocking_pool *p)
 		p->idle_ns = ROK_MS(ms);
 }
 
-/* A new external task carrying fn and arg, not yet handed to anyone. */
-static int blocking_job_new(rok_task **out, void *(*fn)(void *), void *arg)
+/*
+ * The common start of rok_spawn_blocking and rok_thread_spawn: clears the
+ * caller's *handle, checks fn, starts the runtime, and makes *out a new
+ * external task carrying fn and arg, not yet handed to anyone.  0 or -errno.
+ */
+static int blocking_job_new(rok_task **handle, rok_task **out,
+                            void *(*fn)(void *), void *arg)
 {
-	int err = task_new_external(out, sizeof(struct blocking_job));
+	int err;
 
-	if (err < 0)
+	if (handle != NULL)
+		*handle = NULL;
+	if (fn == NULL)
+		return -EINVAL;
+	if ((err = executor_ensure()) < 0 ||
+	    (err = task_new_external(out, sizeof(struct blocking_job))) < 0)
 		return err;
 	struct blocking_job *job = task_frame(*out);
 	job->fn = fn;
@@ -632,12 +642,7 @@ int rok_spawn_blocking(rok_task **out, void *(*fn)(void *arg), void *arg)
 	rok_task *t;
 	int err;
 
-	if (out != NULL)
-		*out = NULL;
-	if (fn == NULL)
-		return -EINVAL;
-	if ((err = executor_ensure()) < 0 ||
-	    (err = blocking_job_new(&t, fn, arg)) < 0)
+	if ((err = blocking_job_new(out, &t, fn, arg)) < 0)
 		return err;
 	if ((err = blocking_submit(&blocking_pool, t)) < 0) {
 		blocking_job_drop(t);
@@ -653,12 +658,7 @@ int rok_thread_spawn(rok_task **out, void *(*fn)(void *arg), void *arg)
 	rok_task *t;
 	int err;
 
-	if (out != NULL)
-		*out = NULL;
-	if (fn == NULL)
-		return -EINVAL;
-	if ((err = executor_ensure()) < 0 ||
-	    (err = blocking_job_new(&t, fn, arg)) < 0)
+	if ((err = blocking_job_new(out, &t, fn, arg)) < 0)
 		return err;
 	pthread_mutex_lock(&p->lock);
 	if (p->closed || !executor_running()) {

@@ -853,11 +853,7 @@ END_TEST
 
 static Suite *blocking_suite(void)
 {
-	Suite *s = suite_create("blocking");
-	const struct {
-		const char *name;
-		const TTest *fn;
-	} cases[] = {
+	const struct test_case cases[] = {
 		{ "result_and_thread", result_and_thread },
 		{ "starts_at_the_call", starts_at_the_call },
 		{ "fifo_with_one_thread", fifo_with_one_thread },
@@ -879,13 +875,7 @@ static Suite *blocking_suite(void)
 		{ "bad_arguments", bad_arguments },
 	};
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		TCase *tc = tcase_create(cases[i].name);
-		tcase_set_timeout(tc, test_timeout(30));
-		tcase_add_test(tc, cases[i].fn);
-		suite_add_tcase(s, tc);
-	}
-	return s;
+	return TEST_SUITE("blocking", cases, 30);
 }
 
 int main(void)

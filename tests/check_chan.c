@@ -1086,57 +1086,17 @@ END_TEST
 static Suite *check_chan_suite(void)
 {
 	Suite *s = suite_create("chan");
-	TCase *tc;
 
-	tc = tcase_create("fifo");
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_loop_test(tc, test_chan_fifo, 0, 2);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("mpmc");
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_test(tc, test_chan_mpmc);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("try");
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_test(tc, test_chan_try);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("cancel_recv");
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_loop_test(tc, test_chan_cancel_recv, 0, 5);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("handoff");
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_loop_test(tc, test_chan_handoff, 0, 2);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("cancel_send");
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_test(tc, test_chan_cancel_send);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("registrations");
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_test(tc, test_chan_registrations);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("close");
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_test(tc, test_chan_close);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("oneshot");
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_test(tc, test_chan_oneshot);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("free");
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_test(tc, test_chan_free);
-	suite_add_tcase(s, tc);
+	test_add(s, "fifo", test_chan_fifo, 2, 30);
+	test_add(s, "mpmc", test_chan_mpmc, 0, 30);
+	test_add(s, "try", test_chan_try, 0, 30);
+	test_add(s, "cancel_recv", test_chan_cancel_recv, 5, 30);
+	test_add(s, "handoff", test_chan_handoff, 2, 30);
+	test_add(s, "cancel_send", test_chan_cancel_send, 0, 30);
+	test_add(s, "registrations", test_chan_registrations, 0, 30);
+	test_add(s, "close", test_chan_close, 0, 30);
+	test_add(s, "oneshot", test_chan_oneshot, 0, 30);
+	test_add(s, "free", test_chan_free, 0, 30);
 	return s;
 }
 

@@ -1452,34 +1452,19 @@ END_TEST
 
 /* ---- suite ------------------------------------------------------------ */
 
-static void cexec_add(Suite *s, const char *name, const TTest *test)
-{
-	TCase *tc = tcase_create(name);
-
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_test(tc, test);
-	suite_add_tcase(s, tc);
-}
-
 static Suite *cexec_suite(void)
 {
 	Suite *s = suite_create("executor");
 	TCase *tc;
 
-	cexec_add(s, "idle", test_executor_idle);
-	cexec_add(s, "workers", test_executor_workers);
-
-	tc = tcase_create("env");
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_loop_test(tc, test_executor_env_invalid, 0,
-	                    (int)(sizeof(cexec_bad_env) /
-	                          sizeof(cexec_bad_env[0])));
-	suite_add_tcase(s, tc);
-
-	cexec_add(s, "restart", test_executor_restart);
-	cexec_add(s, "stop", test_executor_stop_cancels);
-	cexec_add(s, "ids", test_executor_ids);
-	cexec_add(s, "spawn_local", test_executor_spawn_local);
+	test_add(s, "idle", test_executor_idle, 0, 30);
+	test_add(s, "workers", test_executor_workers, 0, 30);
+	test_add(s, "env", test_executor_env_invalid,
+	         (int)(sizeof(cexec_bad_env) / sizeof(cexec_bad_env[0])), 30);
+	test_add(s, "restart", test_executor_restart, 0, 30);
+	test_add(s, "stop", test_executor_stop_cancels, 0, 30);
+	test_add(s, "ids", test_executor_ids, 0, 30);
+	test_add(s, "spawn_local", test_executor_spawn_local, 0, 30);
 
 	tc = tcase_create("block_on");
 	tcase_set_timeout(tc, test_timeout(30));
@@ -1487,10 +1472,10 @@ static Suite *cexec_suite(void)
 	tcase_add_test(tc, test_executor_block_on_stop_busy);
 	suite_add_tcase(s, tc);
 
-	cexec_add(s, "tpc", test_executor_tpc);
-	cexec_add(s, "steal", test_executor_steal);
-	cexec_add(s, "handles", test_executor_handles);
-	cexec_add(s, "million", test_executor_million);
+	test_add(s, "tpc", test_executor_tpc, 0, 30);
+	test_add(s, "steal", test_executor_steal, 0, 30);
+	test_add(s, "handles", test_executor_handles, 0, 30);
+	test_add(s, "million", test_executor_million, 0, 30);
 	return s;
 }
 

@@ -463,27 +463,11 @@ END_TEST
 static Suite *check_fairness_suite(void)
 {
 	Suite *s = suite_create("fairness");
-	TCase *tc;
 
-	tc = tcase_create("yielder");
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_loop_test(tc, test_fairness_yielder, 0, 8);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("flood");
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_loop_test(tc, test_fairness_flood, 0, 4);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("remote_wakeup");
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_loop_test(tc, test_fairness_remote_wakeup, 0, 2);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("yield_order");
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_loop_test(tc, test_fairness_yield_order, 0, 4);
-	suite_add_tcase(s, tc);
+	test_add(s, "yielder", test_fairness_yielder, 8, 30);
+	test_add(s, "flood", test_fairness_flood, 4, 30);
+	test_add(s, "remote_wakeup", test_fairness_remote_wakeup, 2, 30);
+	test_add(s, "yield_order", test_fairness_yield_order, 4, 30);
 	return s;
 }
 

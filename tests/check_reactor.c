@@ -138,6 +138,15 @@ static void crx_socketpair(int s[2])
 	                 0);
 }
 
+/* Forgets and closes each of n fds (the end of a test that awaited them). */
+static void crx_forget_close(const int *fds, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		rok_io_forget(fds[i]);
+		close(fds[i]);
+	}
+}
+
 static void crx_put(int fd, unsigned char c)
 {
 	ck_assert_int_eq(write(fd, &c, 1), 1);
@@ -550,10 +559,7 @@ START_TEST(test_reactor_only_waiters)
 	ck_assert_int_eq(rok_registrations(), base);
 
 	int fds[] = { a[0], a[1], b[0], b[1], s[0], s[1] };
-	for (unsigned i = 0; i < 6; i++) {
-		rok_io_forget(fds[i]);
-		close(fds[i]);
-	}
+	crx_forget_close(fds, 6);
 	crx_stop();
 }
 END_TEST
@@ -648,10 +654,7 @@ START_TEST(test_reactor_cancel)
 	ck_assert_int_eq(crx_result(r), 'z');
 
 	int fds[] = { p[0], p[1], s[0], s[1] };
-	for (unsigned i = 0; i < 4; i++) {
-		rok_io_forget(fds[i]);
-		close(fds[i]);
-	}
+	crx_forget_close(fds, 4);
 	crx_stop();
 }
 END_TEST
@@ -709,10 +712,7 @@ START_TEST(test_reactor_wake_io)
 	rok_wake_io(q[1]);
 
 	int fds[] = { q[0], q[1], s[0], s[1] };
-	for (unsigned i = 0; i < 4; i++) {
-		rok_io_forget(fds[i]);
-		close(fds[i]);
-	}
+	crx_forget_close(fds, 4);
 	crx_stop();
 }
 END_TEST
@@ -1032,33 +1032,24 @@ END_TEST
 
 /* ---- suite ------------------------------------------------------------ */
 
-static void crx_add(Suite *s, const char *name, const TTest *test)
-{
-	TCase *tc = tcase_create(name);
-
-	tcase_set_timeout(tc, test_timeout(30));
-	tcase_add_test(tc, test);
-	suite_add_tcase(s, tc);
-}
-
 static Suite *crx_suite(void)
 {
 	Suite *s = suite_create("reactor");
 
-	crx_add(s, "read", test_reactor_read);
-	crx_add(s, "before", test_reactor_before);
-	crx_add(s, "only_waiters", test_reactor_only_waiters);
-	crx_add(s, "writable", test_reactor_writable);
-	crx_add(s, "ping_pong", test_reactor_ping_pong);
-	crx_add(s, "cancel", test_reactor_cancel);
-	crx_add(s, "wake_io", test_reactor_wake_io);
-	crx_add(s, "forget", test_reactor_forget);
-	crx_add(s, "errors", test_reactor_errors);
-	crx_add(s, "thousand", test_reactor_thousand);
-	crx_add(s, "call", test_reactor_call);
-	crx_add(s, "call_stop", test_reactor_call_stop);
-	crx_add(s, "idle", test_reactor_idle);
-	crx_add(s, "stop", test_reactor_stop);
+	test_add(s, "read", test_reactor_read, 0, 30);
+	test_add(s, "before", test_reactor_before, 0, 30);
+	test_add(s, "only_waiters", test_reactor_only_waiters, 0, 30);
+	test_add(s, "writable", test_reactor_writable, 0, 30);
+	test_add(s, "ping_pong", test_reactor_ping_pong, 0, 30);
+	test_add(s, "cancel", test_reactor_cancel, 0, 30);
+	test_add(s, "wake_io", test_reactor_wake_io, 0, 30);
+	test_add(s, "forget", test_reactor_forget, 0, 30);
+	test_add(s, "errors", test_reactor_errors, 0, 30);
+	test_add(s, "thousand", test_reactor_thousand, 0, 30);
+	test_add(s, "call", test_reactor_call, 0, 30);
+	test_add(s, "call_stop", test_reactor_call_stop, 0, 30);
+	test_add(s, "idle", test_reactor_idle, 0, 30);
+	test_add(s, "stop", test_reactor_stop, 0, 30);
 	return s;
 }
 

@@ -43,6 +43,21 @@ static inline void test_workers(int n)
 	setenv("ROK_WORKERS", buf, 1);
 }
 
+/* Adds a TCase named `name` holding `fn`; loops > 0 makes it a loop test
+ * over _i in [0, loops). */
+static inline void test_add(Suite *s, const char *name, const TTest *fn,
+                            int loops, int timeout)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_set_timeout(tc, test_timeout(timeout));
+	if (loops > 0)
+		tcase_add_loop_test(tc, fn, 0, loops);
+	else
+		tcase_add_test(tc, fn);
+	suite_add_tcase(s, tc);
+}
+
 /* One TCase per entry, each with the same timeout. */
 struct test_case {
 	const char *name;
@@ -55,12 +70,8 @@ static inline Suite *test_suite(const char *name,
 {
 	Suite *s = suite_create(name);
 
-	for (size_t i = 0; i < n; i++) {
-		TCase *tc = tcase_create(cases[i].name);
-		tcase_set_timeout(tc, test_timeout(timeout));
-		tcase_add_test(tc, cases[i].fn);
-		suite_add_tcase(s, tc);
-	}
+	for (size_t i = 0; i < n; i++)
+		test_add(s, cases[i].name, cases[i].fn, 0, timeout);
 	return s;
 }
 

@@ -3,7 +3,8 @@
  * blocking call does not stall the tasks queued behind it.
  *
  * The tests block workers in read() on pipes that the test thread writes
- * only after the other tasks finished, so without a hand-off they would
+ * only after the other tasks finished, and queue those tasks only once
+ * every blocker is inside its read(), so without a hand-off they would
  * deadlock; with it they complete.  Nothing here depends on timing except
  * the "not handed off" case, which watches for a while that nothing happens.
  */
@@ -16,6 +17,7 @@
 #include "testutil.h"
 
 static _Atomic long done;
+static _Atomic int blocked;   /* blockers about to enter read() */
 
 struct blocker {
 	int fd;
@@ -28,6 +30,7 @@ static rok_poll blocker_poll(rok_cx *cx, void *frame)
 	struct blocker *f = frame;
 
 	ROK_BEGIN(cx);
+	atomic_fetch_add(&blocked, 1);
 	if (read(f->fd, &f->c, 1) != 1)
 		ROK_RETURN(cx, -1);
 	ROK_RETURN(cx, f->c);
@@ -89,6 +92,10 @@ START_TEST(blocked_workers_hand_off)
 		struct blocker f = { .fd = fds[i][0] };
 		ck_assert_int_eq(rok_spawn(&b[i], blocker_poll, &f, sizeof(f)), 0);
 	}
+	/* Both workers stuck (a blocker queued behind the other is stolen by
+	 * the idle worker, or by a helper): only a hand-off runs the rest. */
+	while (atomic_load(&blocked) < B)
+		sched_yield();
 	for (long i = 0; i < n; i++)
 		ck_assert_int_eq(rok_spawn(NULL, count_poll, NULL, 0), 0);
 	while (atomic_load(&done) < n)

@@ -141,12 +141,15 @@ static int config_set(struct config *c, const char *key, const char *v,
 	static const struct {
 		const char *key;
 		size_t off;
-		int size;              /* 0: string, -1: duration in ms, else bytes of integer */
+		int size;              /* 0: string, -1: duration in ms, -2: duration
+		                          in ns where 0 also means none, else bytes
+		                          of integer */
 		uint64_t max;
 	} keys[] = {
 #define CFG_U(k, f, m) { k, offsetof(struct config, f), sizeof(((struct config *)0)->f), m }
 #define CFG_S(k, f) { k, offsetof(struct config, f), 0, 0 }
 #define CFG_D(k, f) { k, offsetof(struct config, f), -1, 0 }   /* ms */
+#define CFG_DNS(k, f) { k, offsetof(struct config, f), -2, 0 } /* ns, or 0 */
 		CFG_S("socket", socket_path),
 		CFG_S("state_dir", state_dir),
 		CFG_S("socket_group", socket_group),
@@ -162,12 +165,14 @@ static int config_set(struct config *c, const char *key, const char *v,
 		CFG_D("kill_grace", kill_grace_ms),
 		/* journal */
 		CFG_U("keep_finished", keep_finished, 1ull << 40),
+		CFG_DNS("keep_finished_for", keep_finished_for_ns),
+#undef CFG_DNS
 #undef CFG_D
 #undef CFG_U
 #undef CFG_S
 	};
 
-	/* journal: keys whose values are words or durations */
+	/* journal: a key whose value is a word */
 	if (strcmp(key, "durability") == 0) {
 		if (strcmp(v, "full") != 0 && strcmp(v, "normal") != 0) {
 			snprintf(err, len, "durability: expected full or normal, "
@@ -175,17 +180,6 @@ static int config_set(struct config *c, const char *key, const char *v,
 			return -1;
 		}
 		c->durability_full = strcmp(v, "full") == 0;
-		return 0;
-	}
-	if (strcmp(key, "keep_finished_for") == 0) {
-		int64_t ns = 0;
-		if (strcmp(v, "0") != 0 &&
-		    duration_parse(v, strlen(v), &ns) < 0) {
-			snprintf(err, len, "keep_finished_for: not a duration "
-			         "(e.g. 720h) nor 0: %s", v);
-			return -1;
-		}
-		c->keep_finished_for_ns = ns;
 		return 0;
 	}
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
@@ -198,14 +192,19 @@ static int config_set(struct config *c, const char *key, const char *v,
 			*s = config_strdup(v);
 			return 0;
 		}
-		if (keys[i].size < 0) {   /* a duration, kept in ms */
-			int64_t ns;
-			if (duration_parse(v, strlen(v), &ns) < 0) {
+		if (keys[i].size < 0) {   /* a duration */
+			bool ns_zero = keys[i].size == -2 && strcmp(v, "0") == 0;
+			int64_t ns = 0;
+			if (!ns_zero && duration_parse(v, strlen(v), &ns) < 0) {
 				snprintf(err, len, "%s: not a duration (250ms, "
-				         "5s, 2m): %s", key, v);
+				         "5s, 2m)%s: %s", key,
+				         keys[i].size == -2 ? " nor 0" : "", v);
 				return -1;
 			}
-			*(uint64_t *)(void *)field = (uint64_t)(ns / 1000000);
+			if (keys[i].size == -2)
+				*(int64_t *)(void *)field = ns;
+			else
+				*(uint64_t *)(void *)field = (uint64_t)(ns / 1000000);
 			return 0;
 		}
 		uint64_t n;

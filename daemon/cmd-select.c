@@ -49,20 +49,11 @@ static void select_done(void *arg, int err, const char *msg)
 	}
 	uint64_t *ids = malloc(p->n * sizeof(*ids));
 	for (size_t i = 0; i < p->n; i++) {
-		TaskSpec *spec = rok__v1__task_spec__unpack(
-			NULL, p->task[i].spec_len, p->task[i].spec);
 		/* Before the start: a record that fails may be evicted. */
 		if (ids != NULL)
 			ids[i] = tasktab_id(p->task[i].rec);
-		if (spec != NULL) {
-			(void)tasktab_start(p->task[i].rec, spec, NULL);
-		} else {
-			struct rt_outcome o = { .state = RT_FAILED };
-			snprintf(o.reason, sizeof(o.reason), "could not start: "
-			         "out of memory");
-			tasktab_finish(p->task[i].rec, &o);
-		}
-		rok__v1__task_spec__free_unpacked(spec, NULL);
+		(void)tasktab_start_packed(p->task[i].rec, p->task[i].spec,
+		                           p->task[i].spec_len, NULL);
 		free(p->task[i].spec);
 	}
 	/* The waiter takes over the wait begun in cmd_select: with the tasks

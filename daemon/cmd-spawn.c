@@ -80,7 +80,6 @@ static void cmd_spawn_done(void *arg, int err, const char *msg)
 {
 	struct spawn_pending *p = arg;
 	struct conn *c = p->conn;
-	TaskSpec *spec = NULL;
 
 	if (err < 0) {
 		/* Never acknowledged, never started: it did not happen. */
@@ -92,30 +91,16 @@ static void cmd_spawn_done(void *arg, int err, const char *msg)
 		return;
 	}
 	uint64_t id = tasktab_id(p->rec);   /* before it may finish */
-	spec = rok__v1__task_spec__unpack(NULL, p->spec_len, p->spec);
-	if (spec == NULL) {
-		struct rt_outcome o = { .state = RT_FAILED };
-		snprintf(o.reason, sizeof(o.reason), "could not start: out of "
-		         "memory");
-		tasktab_finish(p->rec, &o);
-		if (spawn_answered_by_task(p)) {
-			tasktab_reply(id, &(struct rt_reply){ c, p->req_id });
-			free(p);
-			return;
-		}
-	}
 	if (spawn_answered_by_task(p)) {
-		/* The task answers when it ends, ending the wait begun. */
+		/* The task answers when it ends (now if it cannot start),
+		 * ending the wait begun. */
 		struct rt_reply reply = { c, p->req_id };
-		(void)tasktab_start(p->rec, spec, &reply);
-		rok__v1__task_spec__free_unpacked(spec, NULL);
+		(void)tasktab_start_packed(p->rec, p->spec, p->spec_len, &reply);
 		free(p);
 		return;
 	}
 	/* A task that fails to start is recorded as failed: still an id. */
-	if (spec != NULL)
-		(void)tasktab_start(p->rec, spec, NULL);
-	rok__v1__task_spec__free_unpacked(spec, NULL);
+	(void)tasktab_start_packed(p->rec, p->spec, p->spec_len, NULL);
 	if (p->wait) {
 		/* The waiter ends the wait begun in cmd_spawn. */
 		(void)waiter_start(c, p->req_id, WAIT_SPAWN, &id, 1,

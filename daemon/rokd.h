@@ -119,6 +119,10 @@ struct rt_reply {
  * -errno, then the record is finished as failed (and `reply` answered). */
 int tasktab_start(struct rtask *r, const TaskSpec *spec,
                   const struct rt_reply *reply);
+/* The same from a packed spec (borrowed), as the journal holds it: one
+ * that cannot be unpacked (out of memory) fails the record the same way. */
+int tasktab_start_packed(struct rtask *r, const uint8_t *spec, size_t len,
+                         const struct rt_reply *reply);
 
 uint64_t tasktab_id(const struct rtask *r);
 

@@ -381,6 +381,26 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 	return 0;
 }
 
+int tasktab_start_packed(struct rtask *r, const uint8_t *spec, size_t len,
+                         const struct rt_reply *reply)
+{
+	TaskSpec *s = rok__v1__task_spec__unpack(NULL, len, spec);
+
+	if (s == NULL) {
+		uint64_t id = r->id;
+		struct rt_outcome o = { .state = RT_FAILED };
+		snprintf(o.reason, sizeof(o.reason), "could not start: out of "
+		         "memory");
+		tasktab_finish(r, &o);
+		if (reply != NULL && reply->conn != NULL)
+			tasktab_reply(id, reply);
+		return -ENOMEM;
+	}
+	int err = tasktab_start(r, s, reply);
+	rok__v1__task_spec__free_unpacked(s, NULL);
+	return err;
+}
+
 void tasktab_running(struct rtask *r)
 {
 	pthread_mutex_lock(&tab.lock);

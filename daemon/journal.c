@@ -623,7 +623,24 @@ static void journal_complete(const struct jev *b, int err, const char *msg)
 	}
 }
 
-static void journal_run_prunes(struct jev *b);
+/* Runs the prunes of chain b (nothing else in it), answering each. */
+static void journal_run_prunes(struct jev *b)
+{
+	for (struct jev *e = b; e != NULL; e = e->next) {
+		struct journal_pruned *p = malloc(sizeof(*p));
+		int64_t n = journal_prune_run(journal.db, e->u.pr.before_us,
+		                              e->u.pr.keep);
+		if (p == NULL) {
+			log_warnx("journal: out of memory for a prune reply");
+			continue;
+		}
+		p->done = e->u.pr.done;
+		p->arg = e->u.pr.arg;
+		p->n = n;
+		if (reactor_call(journal_pruned_cb, p) < 0)
+			free(p);
+	}
+}
 
 /*
  * After a commit: hands the spawn callbacks (ndone of them) to the reactor
@@ -668,26 +685,6 @@ static void journal_done(struct jev *b, size_t ndone)
 	}
 	journal_run_prunes(prunes);
 	journal_free_chain(prunes);
-}
-
-static void journal_run_prunes(struct jev *b)
-{
-	for (struct jev *e = b; e != NULL; e = e->next) {
-		if (e->type != JEV_PRUNE)
-			continue;
-		struct journal_pruned *p = malloc(sizeof(*p));
-		int64_t n = journal_prune_run(journal.db, e->u.pr.before_us,
-		                              e->u.pr.keep);
-		if (p == NULL) {
-			log_warnx("journal: out of memory for a prune reply");
-			continue;
-		}
-		p->done = e->u.pr.done;
-		p->arg = e->u.pr.arg;
-		p->n = n;
-		if (reactor_call(journal_pruned_cb, p) < 0)
-			free(p);
-	}
 }
 
 /* Splits a failed batch: spawns and prunes are answered, the rest kept. */

@@ -96,9 +96,7 @@ static int logs_exec(struct rokctl *ctx, const struct rokctl_args *a)
 	uint64_t *ids = NULL;
 	int rc;
 
-	rc = rokctl_ids(ctx, a, &ids);
-	if (rc == ROKCTL_EXIT_OK)
-		rc = rokctl_connect(ctx);
+	rc = rokctl_open_ids(ctx, a, &ids, NULL);
 	if (rc == ROKCTL_EXIT_OK)
 		rc = logs_stream(ctx, ids[0], a->seen[KEY_FOLLOW]);
 	free(ids);

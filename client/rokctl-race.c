@@ -23,14 +23,9 @@ static int race_exec(struct rokctl *ctx, const struct rokctl_args *a)
 	rok_reply *r = NULL;
 	int rc;
 
-	rc = rokctl_ids(ctx, a, &ids);
-	if (rc == ROKCTL_EXIT_OK)
-		rc = rokctl_duration(ctx, a, KEY_TIMEOUT, 0, &ms);
-	if (rc == ROKCTL_EXIT_OK)
-		rc = rokctl_connect(ctx);
+	rc = rokctl_open_ids(ctx, a, &ids, &ms);
 	if (rc != ROKCTL_EXIT_OK)
 		goto out;
-	rok_client_set_timeout(ctx->client, 0);
 	rc = rok_client_race(ctx->client, ids, (size_t)a->argc, ms,
 			     a->seen[KEY_CANCEL_REST], &r);
 	if (rc == ROK_E_TIMED_OUT) {

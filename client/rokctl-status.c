@@ -18,9 +18,7 @@ static int status_exec(struct rokctl *ctx, const struct rokctl_args *a)
 	rok_reply *r = NULL;
 	int rc;
 
-	rc = rokctl_ids(ctx, a, &ids);
-	if (rc == ROKCTL_EXIT_OK)
-		rc = rokctl_connect(ctx);
+	rc = rokctl_open_ids(ctx, a, &ids, NULL);
 	if (rc != ROKCTL_EXIT_OK)
 		goto out;
 	rc = rok_client_status(ctx->client, ids, (size_t)a->argc, &r);

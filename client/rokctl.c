@@ -167,7 +167,7 @@ int rokctl_err(struct rokctl *ctx, int code, const char *fmt, ...)
 	return code;
 }
 
-int rokctl_exit_for(int rc)
+static int rokctl_exit_for(int rc)
 {
 	if (rc == 0)
 		return ROKCTL_EXIT_OK;
@@ -256,8 +256,8 @@ static bool rokctl_parse_u64(const char *s, uint64_t *v)
 	return true;
 }
 
-int rokctl_ids(struct rokctl *ctx, const struct rokctl_args *a,
-	       uint64_t **ids)
+static int rokctl_ids(struct rokctl *ctx, const struct rokctl_args *a,
+		      uint64_t **ids)
 {
 	uint64_t *v = calloc((size_t)a->argc + 1, sizeof(*v));
 
@@ -291,6 +291,20 @@ int rokctl_duration(struct rokctl *ctx, const struct rokctl_args *a, int key,
 		return rokctl_usage(ctx, "'%s' is not a duration (write e.g. "
 				    "250ms, 5s, 2m, 1h, 1m30s)", a->val[key]);
 	return ROKCTL_EXIT_OK;
+}
+
+int rokctl_open_ids(struct rokctl *ctx, const struct rokctl_args *a,
+		    uint64_t **ids, uint64_t *wait_ms)
+{
+	int rc = rokctl_ids(ctx, a, ids);
+
+	if (rc == ROKCTL_EXIT_OK && wait_ms != NULL)
+		rc = rokctl_duration(ctx, a, KEY_TIMEOUT, 0, wait_ms);
+	if (rc == ROKCTL_EXIT_OK)
+		rc = rokctl_connect(ctx);
+	if (rc == ROKCTL_EXIT_OK && wait_ms != NULL)
+		rok_client_set_timeout(ctx->client, 0);   /* the daemon keeps time */
+	return rc;
 }
 
 /* ---- parsing -------------------------------------------------------- */
@@ -423,7 +437,6 @@ const struct rokctl_cmd rokctl_cmd_help = {
 	.opts = rokctl_help_opts,
 	.min_args = 0,
 	.max_args = 1,
-	.offline = true,
 	.exec = rokctl_help_exec,
 };
 

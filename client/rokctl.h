@@ -64,7 +64,6 @@ struct rokctl_cmd {
 	const char *details;    /* more help text, or NULL */
 	const struct rokctl_opt *opts;
 	int min_args, max_args; /* operand count; max -1: unbounded */
-	bool offline;           /* needs no daemon (help) */
 	int (*exec)(struct rokctl *ctx, const struct rokctl_args *a);
 };
 
@@ -103,15 +102,18 @@ int rokctl_connect(struct rokctl *ctx);
 /* Reports the client's last error rc (from a library call) and returns
  * the exit status it maps to. */
 int rokctl_fail(struct rokctl *ctx, int rc);
-/* The exit status for a library return value. */
-int rokctl_exit_for(int rc);
-/* Parses task ids (decimal, > 0) from the operands; *ids is malloc'd.  An
- * exit status (usage error on garbage). */
-int rokctl_ids(struct rokctl *ctx, const struct rokctl_args *a,
-	       uint64_t **ids);
 /* A duration option, or def when absent; an exit status. */
 int rokctl_duration(struct rokctl *ctx, const struct rokctl_args *a, int key,
 		    uint64_t def, uint64_t *ms);
+/*
+ * The start of a command on task ids: parses the ids (decimal, > 0) from
+ * the operands into *ids (malloc'd; the caller frees it, also on failure),
+ * with wait_ms != NULL the -t duration (0 when absent), then connects.  A
+ * wait also clears the client timeout: the daemon keeps time.  An exit
+ * status (usage error on garbage).
+ */
+int rokctl_open_ids(struct rokctl *ctx, const struct rokctl_args *a,
+		    uint64_t **ids, uint64_t *wait_ms);
 /* Prints the command's help (to f). */
 void rokctl_print_help(FILE *f, const struct rokctl_cmd *cmd);
 /* Waits at most this long for a daemon that should answer at once. */

@@ -274,6 +274,23 @@ static int client_decode(rok_client *c, const uint8_t *body, size_t len,
 	return 0;
 }
 
+/* One read: bytes read (> 0), 0 if none yet, or the error, which breaks
+ * the stream. */
+static long client_read(rok_client *c)
+{
+	long n = stream_read(&c->s);
+
+	if (n == -ECONNRESET)
+		return client_break(c, -ECONNRESET,
+				    stream_partial(&c->s) > 0 ?
+				    "the daemon closed the connection "
+				    "in the middle of a reply" :
+				    "the daemon closed the connection");
+	if (n < 0)
+		return client_break(c, (int)n, "reading from the daemon");
+	return n;
+}
+
 /*
  * Reads until one reply (not a dropped one) has arrived, writing pending
  * output meanwhile.  0 with *out, -EAGAIN when the deadline (monotonic ns,
@@ -317,15 +334,9 @@ static int client_pump(rok_client *c, int64_t deadline, rok_reply **out)
 			if (rc < 0)
 				return client_break(c, rc, "sending to the daemon");
 		}
-		n = stream_read(&c->s);
-		if (n == -ECONNRESET)
-			return client_break(c, -ECONNRESET,
-					    stream_partial(&c->s) > 0 ?
-					    "the daemon closed the connection "
-					    "in the middle of a reply" :
-					    "the daemon closed the connection");
+		n = client_read(c);
 		if (n < 0)
-			return client_break(c, (int)n, "reading from the daemon");
+			return (int)n;
 		if (n > 0)
 			continue;
 		rc = stream_poll(&c->s, deadline);
@@ -412,13 +423,10 @@ int rok_client_flush(rok_client *c)
 			break;
 		/* Read replies while we wait, or a daemon that is blocked
 		 * writing to us would never drain its input. */
-		long n = stream_read(&c->s);
+		long n = client_read(c);
 
-		if (n == -ECONNRESET)
-			return client_break(c, -ECONNRESET,
-					    "the daemon closed the connection");
 		if (n < 0)
-			return client_break(c, (int)n, "reading from the daemon");
+			return (int)n;
 		if (n > 0)
 			continue;
 		rc = stream_poll(&c->s, deadline);

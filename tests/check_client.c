@@ -597,6 +597,13 @@ static rok_client *fake_pair(struct fake *f, int *rc)
 	return c;
 }
 
+/* The client's last error is `code` and its message contains `text`. */
+#define assert_last_error(c, code, text) do {                           \
+		const char *m_;                                         \
+		ck_assert_int_eq(rok_client_last_error((c), &m_), (code)); \
+		ck_assert_msg(strstr(m_, (text)) != NULL, "message: %s", m_); \
+	} while (0)
+
 /* Frees the client (EOF for the fake) and waits for the fake to end. */
 static void fake_pair_done(struct fake *f, rok_client *c)
 {
@@ -661,7 +668,6 @@ END_TEST
 START_TEST(hello_version_mismatch)
 {
 	struct fake f;
-	const char *msg;
 	int rc;
 	rok_client *c;
 
@@ -669,8 +675,7 @@ START_TEST(hello_version_mismatch)
 	f.proto = 2;
 	c = fake_pair(&f, &rc);
 	ck_assert_int_eq(rc, -EPROTONOSUPPORT);
-	ck_assert_int_eq(rok_client_last_error(c, &msg), -EPROTONOSUPPORT);
-	ck_assert_msg(strstr(msg, "version 2") != NULL, "message: %s", msg);
+	assert_last_error(c, -EPROTONOSUPPORT, "version 2");
 	ck_assert_ptr_null(rok_client_server(c));
 	/* Sticky: the connection is not usable. */
 	ck_assert_int_eq(rok_client_ping(c, "x", 1), -EPROTONOSUPPORT);
@@ -681,15 +686,13 @@ END_TEST
 START_TEST(hello_refused)
 {
 	struct fake f;
-	const char *msg;
 	int rc;
 	rok_client *c;
 
 	fake_init(&f, FAKE_HELLO_REFUSE);
 	c = fake_pair(&f, &rc);
 	ck_assert_int_eq(rc, -EPROTONOSUPPORT);
-	rok_client_last_error(c, &msg);
-	ck_assert_msg(strstr(msg, "not supported") != NULL, "message: %s", msg);
+	assert_last_error(c, -EPROTONOSUPPORT, "not supported");
 	fake_pair_done(&f, c);
 }
 END_TEST
@@ -698,12 +701,10 @@ START_TEST(connect_errors)
 {
 	rok_client *c = rok_client_new(NULL);
 	char path[300];
-	const char *msg;
 
 	ck_assert_int_eq(rok_client_connect(c, "/nonexistent/rokd.sock"),
 			 -ENOENT);
-	ck_assert_int_eq(rok_client_last_error(c, &msg), -ENOENT);
-	ck_assert_msg(strstr(msg, "/nonexistent/rokd.sock") != NULL, "%s", msg);
+	assert_last_error(c, -ENOENT, "/nonexistent/rokd.sock");
 	rok_client_free(c);
 
 	memset(path, 'a', sizeof(path) - 1);
@@ -1043,7 +1044,6 @@ END_TEST
 START_TEST(close_mid_reply)
 {
 	struct fake f;
-	const char *msg;
 	int rc;
 	rok_client *c;
 
@@ -1051,8 +1051,7 @@ START_TEST(close_mid_reply)
 	c = fake_pair(&f, &rc);
 	ck_assert_int_eq(rc, 0);
 	ck_assert_int_eq(rok_client_ping(c, "x", 1), -ECONNRESET);
-	rok_client_last_error(c, &msg);
-	ck_assert_msg(strstr(msg, "middle of a reply") != NULL, "%s", msg);
+	assert_last_error(c, -ECONNRESET, "middle of a reply");
 	/* Sticky, and no crash on further use. */
 	ck_assert_int_eq(rok_client_ping(c, "y", 1), -ECONNRESET);
 	{
@@ -1090,7 +1089,6 @@ START_TEST(close_before_reply)
 {
 	struct fake f;
 	rok_daemon_stats s;
-	const char *msg;
 	int rc;
 	rok_client *c;
 
@@ -1098,8 +1096,7 @@ START_TEST(close_before_reply)
 	c = fake_pair(&f, &rc);
 	ck_assert_int_eq(rc, 0);
 	ck_assert_int_eq(rok_client_stats(c, &s), -ECONNRESET);
-	rok_client_last_error(c, &msg);
-	ck_assert_msg(strstr(msg, "closed the connection") != NULL, "%s", msg);
+	assert_last_error(c, -ECONNRESET, "closed the connection");
 	fake_pair_done(&f, c);
 }
 END_TEST
@@ -1139,7 +1136,6 @@ START_TEST(request_over_cap_refused)
 	const char *argv[] = { big };
 	rok_spec spec = { .kind = "echo", .args = argv, .n_args = 1 };
 	struct fake f;
-	const char *msg;
 	uint64_t id, rid;
 	int rc;
 	rok_client *c;
@@ -1152,8 +1148,7 @@ START_TEST(request_over_cap_refused)
 	ck_assert_int_eq(rc, 0);
 	ck_assert_uint_eq(rok_client_server(c)->max_frame, 256);
 	ck_assert_int_eq(rok_client_spawn(c, &spec, &id), -EMSGSIZE);
-	rok_client_last_error(c, &msg);
-	ck_assert_msg(strstr(msg, "256") != NULL, "%s", msg);
+	assert_last_error(c, -EMSGSIZE, "256");
 	ck_assert_int_eq(rok_client_send_spawn(c, &spec, false, 0, &rid),
 			 -EMSGSIZE);
 	ck_assert_uint_eq(rid, 0);

@@ -2,12 +2,21 @@
  * timer.c — sleeps: a hierarchical timing wheel per worker.
  *
  * Time is counted in ticks of 2^16 ns (65.5 us).  Six levels of 64 slots
- * each cover 2^52 ns (52 days); later deadlines wait in the last level and
- * are re-filed as the wheel turns.  A timer sits at the level of the highest
- * tick bit in which its deadline differs from `elapsed` (the time processed
- * so far), so every timer of a lower level is due before any of a higher
- * one, and the next expiry is found by scanning each level's 64-bit
- * occupancy word (Tokio's design; its wheel counts in 1 ms ticks).
+ * each cover 2^36 ticks, 2^52 ns (52 days).  A timer sits at the level of
+ * the highest tick bit in which its deadline differs from `elapsed` (the
+ * time processed so far), so every timer of a lower level is due before any
+ * of a higher one, and the next expiry is found by scanning each level's
+ * 64-bit occupancy word (Tokio's design; its wheel counts in 1 ms ticks).
+ *
+ * A deadline that differs from `elapsed` above bit 35 (a "far" timer: more
+ * than a turn of the top level away, or just across a multiple of 2^36
+ * ticks, which CLOCK_MONOTONIC passes after 52 days of uptime) goes to the
+ * top level too, in the slot its deadline names there.  That slot may be at
+ * or behind the current one; it is then taken to start a turn later.  When
+ * a slot comes due, its timers that are not due yet are filed again from
+ * the new `elapsed`: a far one goes round the top level again, the others
+ * go down.  A slot never starts after a deadline it holds, so no timer
+ * fires late, and every deadline up to INT64_MAX ns ("never") has a place.
  *
  * Deadlines are rounded up to a tick, so a timer never fires early; it
  * fires late by at most a tick plus the time its worker takes to look: a
@@ -21,6 +30,13 @@
  * registers in the wheel of the worker it runs on; cancelling it unlinks
  * the node at once from whichever thread polls the cancelled task, hence
  * the lock (uncontended in the common case: the owner fires its own wheel).
+ * Firing moves a due slot to the wheel's `firing` list (aux TIMER_FIRING)
+ * and takes its nodes one at a time under the lock; the lock is dropped
+ * only to wake a batch, and a node released meanwhile is unlinked from
+ * `firing` like from any slot, so nobody walks a list it does not hold.
+ *
+ * rok_now() adds `timer_skew` (0 but in tests, which move the clock to the
+ * edges of the wheel: timer_skew_clock()).
  */
 #include <stddef.h>
 #include <string.h>
@@ -36,13 +52,45 @@
 #define TIMER_BITS       6                      /* log2(TIMER_SLOTS) */
 #define TIMER_MAX_TICKS  ((uint64_t)1 << (TIMER_BITS * TIMER_LEVELS))
 #define TIMER_FIRE_BATCH 64
+#define TIMER_FIRING     (TIMER_LEVELS * TIMER_SLOTS)   /* aux: on `firing` */
+
+/* Relaxed: a test sets it before the timers it is about; a thread that
+ * reads the old value sees the clock as it was a moment earlier. */
+static _Atomic int64_t timer_skew;
 
 int64_t rok_now(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec +
+	       atomic_load_explicit(&timer_skew, memory_order_relaxed);
+}
+
+void timer_skew_clock(int64_t ns)
+{
+	atomic_fetch_add_explicit(&timer_skew, ns, memory_order_relaxed);
+}
+
+/* Relaxed: set by a test before the timers it is about. */
+static void (*_Atomic timer_batch_hook)(void);
+
+void timer_hook_batch(void (*fn)(void))
+{
+	atomic_store_explicit(&timer_batch_hook, fn, memory_order_relaxed);
+}
+
+/* now + ns, saturated at INT64_MAX (never); now >= 0. */
+static int64_t timer_after(int64_t now, int64_t ns)
+{
+	if (ns <= 0)
+		return now;
+	return ns > INT64_MAX - now ? INT64_MAX : now + ns;
+}
+
+int64_t rok_deadline(int64_t ns)
+{
+	return timer_after(rok_now(), ns);
 }
 
 static uint64_t timer_tick_ceil(int64_t ns)
@@ -80,10 +128,11 @@ static void timer_file(struct timer_wheel *tw, rok_waiter *w, uint64_t when,
 {
 	if (when <= tw->elapsed)
 		when = tw->elapsed;   /* due: goes to the current level-0 slot */
-	if (when - tw->elapsed >= TIMER_MAX_TICKS)
-		when = tw->elapsed + TIMER_MAX_TICKS - 1;
 	uint64_t diff = (when ^ tw->elapsed) | 1;   /* |1: level 0 when equal */
-	unsigned level = (unsigned)(63 - __builtin_clzll(diff)) / TIMER_BITS;
+	unsigned level = diff >= TIMER_MAX_TICKS
+	                         ? TIMER_LEVELS - 1   /* far: see the top */
+	                         : (unsigned)(63 - __builtin_clzll(diff)) /
+	                                   TIMER_BITS;
 	unsigned slot = (unsigned)(when >> (level * TIMER_BITS)) &
 	                (TIMER_SLOTS - 1);
 	w->aux = level * TIMER_SLOTS + slot;
@@ -96,8 +145,11 @@ static void timer_file(struct timer_wheel *tw, rok_waiter *w, uint64_t when,
 
 static void timer_unfile(struct timer_wheel *tw, rok_waiter *w)
 {
+	if (w->aux == TIMER_FIRING) {
+		(void)waitq_unlink(&tw->firing, w);
+		return;
+	}
 	unsigned level = w->aux / TIMER_SLOTS, slot = w->aux % TIMER_SLOTS;
-
 	if (waitq_unlink(&tw->slots[level][slot], w) &&
 	    tw->slots[level][slot] == NULL)
 		tw->occupied[level] &= ~((uint64_t)1 << slot);
@@ -130,17 +182,25 @@ static bool timer_next_slot(struct timer_wheel *tw, unsigned *level,
 		unsigned shift = l * TIMER_BITS;
 		unsigned now_slot = (unsigned)(tw->elapsed >> shift) &
 		                    (TIMER_SLOTS - 1);
-		/* Rotate so that the current slot is bit 0. */
-		uint64_t rot = now_slot == 0 ? occ
-		                             : (occ >> now_slot) |
-		                                       (occ << (64 - now_slot));
-		unsigned s = (now_slot + (unsigned)__builtin_ctzll(rot)) &
+		/*
+		 * Above level 0, the current slot comes last: only the top
+		 * level's far timers are ever there, due a turn later or more
+		 * (a timer is filed where its slot differs from elapsed's, and
+		 * elapsed never enters a slot it has not emptied).  At level 0
+		 * the current slot holds what is due now.  Rotate so that the
+		 * first slot to look at is bit 0.
+		 */
+		unsigned first = (now_slot + (l > 0)) & (TIMER_SLOTS - 1);
+		uint64_t rot = first == 0 ? occ
+		                          : (occ >> first) | (occ << (64 - first));
+		unsigned s = (first + (unsigned)__builtin_ctzll(rot)) &
 		             (TIMER_SLOTS - 1);
 		uint64_t level_span = (uint64_t)1 << (shift + TIMER_BITS);
 		uint64_t base = tw->elapsed & ~(level_span - 1);
 		uint64_t t = base + ((uint64_t)s << shift);
-		if (t < (tw->elapsed & ~(((uint64_t)1 << shift) - 1)))
-			t += level_span;   /* wrapped into the next turn */
+		uint64_t cur = tw->elapsed & ~(((uint64_t)1 << shift) - 1);
+		if (t < cur || (l > 0 && t == cur))
+			t += level_span;   /* in the next turn */
 		*level = l;
 		*slot = s;
 		*start = t;
@@ -158,9 +218,12 @@ int64_t timer_next(struct timer_wheel *tw)
 	if (!timer_armed(tw))
 		return next;
 	spin_lock(&tw->lock);
-	if (timer_next_slot(tw, &level, &slot, &start))
-		next = (int64_t)((start > tw->elapsed ? start : tw->elapsed)
-		                 << TIMER_TICK_SHIFT);
+	if (timer_next_slot(tw, &level, &slot, &start)) {
+		uint64_t at = start > tw->elapsed ? start : tw->elapsed;
+		/* Past INT64_MAX ns: never, as far as a parked worker cares. */
+		if (at <= (uint64_t)INT64_MAX >> TIMER_TICK_SHIFT)
+			next = (int64_t)(at << TIMER_TICK_SHIFT);
+	}
 	spin_unlock(&tw->lock);
 	return next;
 }
@@ -188,54 +251,83 @@ static void timer_wake(struct timer_due *due, unsigned n)
 		task_wake_by_val_fifo(due[i].task);
 }
 
+/*
+ * Lock held, `firing` empty.  Moves the next slot that starts by `now_tick`
+ * to `firing`, with elapsed advanced to its start; false if there is none.
+ */
+static bool timer_take_slot(struct timer_wheel *tw, uint64_t now_tick)
+{
+	unsigned level, slot;
+	uint64_t start;
+
+	if (!timer_next_slot(tw, &level, &slot, &start) || start > now_tick)
+		return false;
+	if (start > tw->elapsed)
+		tw->elapsed = start;
+	rok_waiter *head = tw->slots[level][slot], *w = head;
+	tw->slots[level][slot] = NULL;
+	tw->occupied[level] &= ~((uint64_t)1 << slot);
+	do {
+		w->aux = TIMER_FIRING;
+		w = w->next;
+	} while (w != head);
+	tw->firing = head;
+	return true;
+}
+
+/* Lock held.  Unlinks the head of `firing` to file it elsewhere (no state
+ * change, no accounting: the node stays registered). */
+static void timer_detach_first(struct timer_wheel *tw)
+{
+	rok_waiter *w = tw->firing;
+
+	if (w->next == w) {
+		tw->firing = NULL;
+	} else {
+		w->prev->next = w->next;
+		w->next->prev = w->prev;
+		tw->firing = w->next;
+	}
+}
+
 unsigned timer_fire(struct timer_wheel *tw, int64_t now)
 {
 	uint64_t now_tick = timer_tick_floor(now);
 	struct timer_due due[TIMER_FIRE_BATCH];
 	unsigned total = 0, n = 0;
-	unsigned level, slot;
-	uint64_t start;
 
 	if (!timer_armed(tw))
 		return 0;
 	spin_lock(&tw->lock);
-	while (timer_next_slot(tw, &level, &slot, &start) && start <= now_tick) {
-		if (start > tw->elapsed)
-			tw->elapsed = start;
-		rok_waiter *list = tw->slots[level][slot];
-		tw->slots[level][slot] = NULL;
-		tw->occupied[level] &= ~((uint64_t)1 << slot);
-		/* Re-file or fire every node of the slot.  The list is
-		 * detached, so walk it by hand. */
-		while (list != NULL) {
-			rok_waiter *w = list;
-			if (w->next == w) {
-				list = NULL;
-			} else {
-				w->prev->next = w->next;
-				w->next->prev = w->prev;
-				list = w->next;
-			}
-			uint64_t when = timer_tick_ceil(timer_op(w)->deadline);
-			w->next = w->prev = w;
-			if (when > now_tick) {
-				/* Not due: file it again, relative to the
-				 * advanced elapsed; it lands at a lower level. */
-				timer_file(tw, w, when, NULL);
-				continue;
-			}
-			rok_waiter *single = w;
-			due[n].deadline = timer_op(w)->deadline;
-			due[n++].task = waitq_take(&single);
-			atomic_fetch_sub_explicit(&tw->count, 1,
-			                          memory_order_relaxed);
-			if (n == TIMER_FIRE_BATCH) {
-				spin_unlock(&tw->lock);
-				timer_wake(due, n);
-				total += n;
-				n = 0;
-				spin_lock(&tw->lock);
-			}
+	/* Each pass advances elapsed (a slot to take starts after it), so
+	 * this ends even when far timers go round the top level. */
+	while (tw->firing != NULL || timer_take_slot(tw, now_tick)) {
+		rok_waiter *w = tw->firing;
+		int64_t deadline = timer_op(w)->deadline;
+		uint64_t when = timer_tick_ceil(deadline);
+		if (when > now_tick) {
+			/* Not due: file it again, relative to the advanced
+			 * elapsed; it lands at a lower level (or, far, round
+			 * the top level again). */
+			timer_detach_first(tw);
+			timer_file(tw, w, when, NULL);
+			continue;
+		}
+		due[n].deadline = deadline;
+		due[n++].task = waitq_take(&tw->firing);
+		atomic_fetch_sub_explicit(&tw->count, 1, memory_order_relaxed);
+		if (n == TIMER_FIRE_BATCH) {
+			/* What is left on `firing` stays there, under the
+			 * lock, for a release to unlink meanwhile. */
+			spin_unlock(&tw->lock);
+			timer_wake(due, n);
+			total += n;
+			n = 0;
+			void (*hook)(void) = atomic_load_explicit(
+				&timer_batch_hook, memory_order_relaxed);
+			if (hook != NULL)
+				hook();
+			spin_lock(&tw->lock);
 		}
 	}
 	if (now_tick > tw->elapsed)
@@ -281,7 +373,7 @@ rok_poll rok_sleep(rok_cx *cx, rok_sleep_op *op, int64_t ns)
 	/* The first poll fixes the deadline; a later poll keeps it. */
 	if (!op->started) {
 		op->started = true;
-		op->deadline = now + (ns > 0 ? ns : 0);
+		op->deadline = timer_after(now, ns);
 	}
 	return timer_wait(cx, op, now);
 }

@@ -19,6 +19,7 @@ struct timer_wheel {
 	uint64_t elapsed;              /* ticks processed up to */
 	uint64_t occupied[TIMER_LEVELS];
 	rok_waiter *slots[TIMER_LEVELS][TIMER_SLOTS];
+	rok_waiter *firing;            /* the slot timer_fire is emptying */
 };
 
 void timer_init(struct timer_wheel *tw);
@@ -29,6 +30,14 @@ unsigned timer_fire(struct timer_wheel *tw, int64_t now);
 
 /* The earliest time (ns) a timer may be due, or INT64_MAX. */
 int64_t timer_next(struct timer_wheel *tw);
+
+/* Tests only: moves rok_now() forward by `ns` (>= 0) for every thread, on
+ * top of earlier moves.  Parked workers are not woken. */
+void timer_skew_clock(int64_t ns);
+
+/* Tests only: `fn` (NULL: none) runs each time timer_fire has woken a
+ * batch and not yet taken the lock again. */
+void timer_hook_batch(void (*fn)(void));
 
 static inline bool timer_armed(struct timer_wheel *tw)
 {

@@ -5,7 +5,10 @@
 #include <errno.h>
 #include <stdatomic.h>
 
+#include "executor.h"
 #include "testutil.h"
+#include "timer.h"
+#include "worker.h"
 
 struct sleeper {
 	int64_t ns, start, woke;
@@ -262,6 +265,342 @@ START_TEST(idle_worker_wakes_for_timer)
 }
 END_TEST
 
+/*
+ * Far and "never" deadlines, and the clock at the edges of the wheel.  The
+ * wheel covers 2^52 ns in six levels; these tests move the clock itself
+ * (timer_skew_clock) instead of waiting for it.  A sleeper records the
+ * order in which it woke and whether it woke early.
+ */
+#define TIMER_TURN_NS ((int64_t)1 << 52)   /* the whole wheel: 52 days */
+
+static _Atomic int fired[64];
+static _Atomic int fired_n;
+static _Atomic int fired_early;
+
+struct far {
+	int idx;
+	int64_t deadline;
+	rok_sleep_op sleep;
+};
+
+static rok_poll far_poll(rok_cx *cx, void *frame)
+{
+	struct far *f = frame;
+
+	ROK_BEGIN(cx);
+	ROK_AWAIT(cx, rok_sleep_until(cx, &f->sleep, f->deadline));
+	if (rok_now() < f->deadline)
+		atomic_store(&fired_early, 1);
+	atomic_store(&fired[atomic_fetch_add(&fired_n, 1)], f->idx);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+static rok_poll noop_poll(rok_cx *cx, void *frame)
+{
+	(void)cx;
+	(void)frame;
+	return ROK_READY;
+}
+
+/* A worker parked before the clock moved sleeps on with its old timeout:
+ * a task wakes it, and it looks at its timers when it runs out of work. */
+static void far_poke(void)
+{
+	(void)test_spawn_wait(noop_poll, NULL, 0);
+}
+
+/* Moves the clock to `at` (not backwards) and pokes the worker. */
+static void far_clock_to(int64_t at)
+{
+	int64_t now = rok_now();
+
+	if (at > now)
+		timer_skew_clock(at - now);
+	far_poke();
+}
+
+static void far_wait_fired(int n)
+{
+	while (atomic_load(&fired_n) < n)
+		sched_yield();
+}
+
+/* Spawns sleepers until deadline[i] in the order given by `spawn_order`,
+ * and waits until every one is in the wheel. */
+static void far_spawn(rok_task **t, const int64_t *deadline, int n,
+                      const int *spawn_order)
+{
+	int64_t base = rok_registrations();
+
+	for (int k = 0; k < n; k++) {
+		int i = spawn_order[k];
+		struct far f = { .idx = i, .deadline = deadline[i] };
+		ck_assert_int_eq(rok_spawn(&t[i], far_poll, &f, sizeof(f)), 0);
+	}
+	while (rok_registrations() < base + n) {
+		ck_assert_int_eq(atomic_load(&fired_n), 0);
+		sched_yield();
+	}
+}
+
+static void far_reap(rok_task **t, int n)
+{
+	for (int i = 0; i < n; i++) {
+		ck_assert_int_eq(rok_task_wait(t[i], NULL), 0);
+		rok_task_unref(t[i]);
+	}
+}
+
+/*
+ * The clock crosses 2^52 ns (a multiple of the wheel's span, which
+ * CLOCK_MONOTONIC passes after 52 days of uptime) while timers wait on both
+ * sides of it: each level then sees its slot index wrap at once.  They fire
+ * in order, none early.  Deadlines are an hour ahead when filed, so every
+ * sleeper is in the wheel before the clock is moved to the first.
+ */
+START_TEST(wrap_at_wheel_span)
+{
+	enum { N = 20 };
+	int64_t deadline[N];
+	int spawn_order[N];
+	rok_task *t[N];
+
+	test_workers(1);
+	timer_skew_clock(TIMER_TURN_NS - ROK_S(3600) - rok_now());
+	ck_assert_int_eq(rok_start(), 0);   /* the wheel starts an hour before */
+	for (int i = 0; i < N; i++) {
+		deadline[i] = TIMER_TURN_NS - ROK_MS(30) + ROK_MS(3) * i;
+		spawn_order[i] = (i * 7) % N;   /* 7 is prime to 20: a permutation */
+	}
+	far_spawn(t, deadline, N, spawn_order);
+	far_clock_to(deadline[0] - ROK_MS(5));
+	far_wait_fired(N);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(atomic_load(&fired[i]), i);
+	ck_assert_int_eq(atomic_load(&fired_early), 0);
+	far_reap(t, N);
+}
+END_TEST
+
+/*
+ * Deadlines from 60 days (rokctl's `sleep 1440h`) to well over a year, past
+ * the wheel's span and several turns of its top level, fire in order when
+ * the clock gets there, and not before: moved to just after the 12th, the
+ * clock fires exactly the first 12.  A sleep until INT64_MAX never fires,
+ * and is cancelled at the end.
+ */
+START_TEST(far_in_order)
+{
+	enum { N = 24 };
+	int64_t base, deadline[N];
+	int spawn_order[N];
+	rok_task *t[N], *never;
+
+	test_workers(1);
+	ck_assert_int_eq(rok_start(), 0);
+	base = rok_now();
+	for (int i = 0; i < N; i++) {
+		deadline[i] = base + ROK_S(1440 * 3600) + ROK_S(17 * 86400) * i +
+		              ROK_MS(i % 3);
+		spawn_order[i] = (i * 5) % N;   /* 5 is prime to 24 */
+	}
+	struct far fn = { .idx = -1, .deadline = INT64_MAX };
+	ck_assert_int_eq(rok_spawn(&never, far_poll, &fn, sizeof(fn)), 0);
+	far_spawn(t, deadline, N, spawn_order);
+	far_clock_to(deadline[11] + ROK_MS(1));
+	far_wait_fired(12);
+	far_clock_to(deadline[N - 1]);
+	far_wait_fired(N);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(atomic_load(&fired[i]), i);
+	ck_assert_int_eq(atomic_load(&fired_early), 0);
+	far_reap(t, N);
+	rok_task_cancel(never);
+	ck_assert_int_eq(rok_task_wait(never, NULL), -ECANCELED);
+	rok_task_unref(never);
+	ck_assert_int_eq(atomic_load(&fired_n), N);
+}
+END_TEST
+
+/*
+ * Sleeps that overflow a deadline saturate to "never" instead of wrapping
+ * into the past, and far timers cancel like near ones.  `ns` values: 60
+ * days, just under INT64_MAX / 1e9 seconds (rokctl's verified `sleep
+ * 9223372036s`), INT64_MAX; and sleeps until INT64_MAX and past 2^52.
+ */
+START_TEST(far_cancel)
+{
+	static const int64_t ns[] = {
+		ROK_S(1440 * 3600), ROK_S(9223372036), INT64_MAX,
+		INT64_MAX - 1, TIMER_TURN_NS,
+	};
+	enum { NS = sizeof(ns) / sizeof(ns[0]), N = NS + 3 };
+	rok_task *t[N];
+	int64_t base = rok_registrations();
+
+	for (int i = 0; i < NS; i++) {
+		struct sleeper s = { .ns = ns[i] };
+		ck_assert_int_eq(rok_spawn(&t[i], sleeper_poll, &s, sizeof(s)), 0);
+	}
+	int64_t until[3] = { INT64_MAX, rok_now() + TIMER_TURN_NS,
+	                     rok_deadline(INT64_MAX) };
+	ck_assert(until[2] == INT64_MAX);
+	for (int i = 0; i < 3; i++) {
+		struct far f = { .idx = i, .deadline = until[i] };
+		ck_assert_int_eq(rok_spawn(&t[NS + i], far_poll, &f, sizeof(f)),
+		                 0);
+	}
+	while (rok_registrations() < base + N) {
+		for (int i = 0; i < N; i++)
+			ck_assert_msg(!rok_task_is_finished(t[i]),
+			              "sleep %d ended at once", i);
+		sched_yield();
+	}
+	for (int i = 0; i < N; i++) {
+		rok_task_cancel(t[i]);
+		ck_assert_int_eq(rok_task_wait(t[i], NULL), -ECANCELED);
+		rok_task_unref(t[i]);
+	}
+	ck_assert_int_eq(rok_registrations(), base);
+}
+END_TEST
+
+/*
+ * Timers of one slot fire while another thread cancels them.  Firing wakes
+ * tasks in batches of 64 and drops the wheel's lock to do it; a sleeper
+ * released meanwhile must be unlinked from wherever the firing thread keeps
+ * the rest of the slot, and the firing thread must not hold on to it.
+ *
+ * Two workers.  Sleepers that start on one of them (`race_worker`) sleep
+ * until the same deadline, so they share a slot of its wheel, and record
+ * the order in which they were filed there; the others end at once.  When
+ * the firing thread has woken its first batch (timer_hook_batch), it waits
+ * while every sleeper after the batch is cancelled and has ended: the other
+ * worker polls them and releases their nodes, the first of them the one a
+ * firing thread that walked its own copy of the slot would go on with (a
+ * crash, or a use after free under ASan, before the fix).
+ */
+struct racer {
+	int64_t deadline;
+	long idx;
+	rok_sleep_op sleep;
+};
+
+static void *race_worker;
+static _Atomic long race_filed, race_skipped;
+static _Atomic long *race_slot_pos;   /* per sleeper: order in the slot */
+static _Atomic int race_window;       /* 1: firing thread in the hook; 2: go */
+
+static rok_poll racer_poll(rok_cx *cx, void *frame)
+{
+	struct racer *f = frame;
+
+	ROK_BEGIN(cx);
+	if ((void *)executor_tls.worker != race_worker) {
+		atomic_fetch_add(&race_skipped, 1);
+		ROK_RETURN(cx, NULL);
+	}
+	atomic_store(&race_slot_pos[f->idx], atomic_fetch_add(&race_filed, 1));
+	ROK_AWAIT(cx, rok_sleep_until(cx, &f->sleep, f->deadline));
+	ROK_RETURN(cx, (void *)1);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+static rok_poll race_whoami_poll(rok_cx *cx, void *frame)
+{
+	(void)frame;
+	ROK_BEGIN(cx);
+	ROK_RETURN(cx, executor_tls.worker);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+/* The first window of a round holds the firing thread until the test is
+ * done cancelling. */
+static void race_hook(void)
+{
+	int idle = 0;
+
+	if (!atomic_compare_exchange_strong(&race_window, &idle, 1))
+		return;
+	while (atomic_load(&race_window) != 2)
+		sched_yield();
+}
+
+static void race_wake_others(void)
+{
+	for (unsigned i = 0; i < executor.nworkers; i++) {
+		struct worker *w = atomic_load(&executor.workers[i]);
+		if ((void *)w != race_worker)
+			worker_unpark(w);
+	}
+}
+
+START_TEST(fire_while_cancelling)
+{
+	long n = test_scale(1024);
+	rok_task **t = calloc((size_t)n, sizeof(*t));
+	rok_task **in_slot = calloc((size_t)n, sizeof(*in_slot));
+
+	race_slot_pos = calloc((size_t)n, sizeof(*race_slot_pos));
+	ck_assert_ptr_nonnull(t);
+	ck_assert_ptr_nonnull(in_slot);
+	ck_assert_ptr_nonnull(race_slot_pos);
+	test_workers(2);
+	race_worker = test_spawn_wait(race_whoami_poll, NULL, 0);
+	timer_hook_batch(race_hook);
+	for (int round = 0; round < 3; round++) {
+		int64_t base = rok_registrations();
+		/* Far enough for every sleeper to be filed first. */
+		int64_t deadline = rok_now() + ROK_MS(500);
+		atomic_store(&race_filed, 0);
+		atomic_store(&race_skipped, 0);
+		atomic_store(&race_window, 0);
+		for (long i = 0; i < n; i++) {
+			struct racer init = { .deadline = deadline, .idx = i };
+			atomic_store(&race_slot_pos[i], -1);
+			ck_assert_int_eq(rok_spawn(&t[i], racer_poll, &init,
+			                           sizeof(init)), 0);
+		}
+		while (atomic_load(&race_filed) + atomic_load(&race_skipped) < n ||
+		       rok_registrations() < base + atomic_load(&race_filed))
+			sched_yield();
+		ck_assert_int_lt(rok_now(), deadline);
+		long filed = atomic_load(&race_filed);
+		for (long i = 0; i < n; i++) {
+			long pos = atomic_load(&race_slot_pos[i]);
+			if (pos >= 0)
+				in_slot[pos] = t[i];
+		}
+		if (filed > 64) {
+			while (atomic_load(&race_window) != 1)
+				sched_yield();
+			for (long k = 64; k < filed; k++)
+				rok_task_cancel(in_slot[k]);
+			/* The firing worker still counts as searching, so the
+			 * cancels woke nobody: wake the other one. */
+			race_wake_others();
+			for (long k = 64; k < filed; k++)
+				ck_assert_int_eq(rok_task_wait(in_slot[k], NULL),
+				                 -ECANCELED);
+			atomic_store(&race_window, 2);
+		}
+		for (long i = 0; i < n; i++) {
+			int err = rok_task_wait(t[i], NULL);
+			ck_assert(err == 0 || err == -ECANCELED);
+			rok_task_unref(t[i]);
+		}
+		ck_assert_int_eq(rok_registrations(), base);
+	}
+	timer_hook_batch(NULL);
+	free(race_slot_pos);
+	free(in_slot);
+	free(t);
+}
+END_TEST
+
 static Suite *timer_suite(void)
 {
 	const struct test_case cases[] = {
@@ -272,6 +611,10 @@ static Suite *timer_suite(void)
 		{ "cancel_removes", cancel_removes_timer },
 		{ "first_poll", measured_from_first_poll },
 		{ "idle_wakes", idle_worker_wakes_for_timer },
+		{ "wrap_at_span", wrap_at_wheel_span },
+		{ "far_in_order", far_in_order },
+		{ "far_cancel", far_cancel },
+		{ "fire_while_cancelling", fire_while_cancelling },
 	};
 
 	return TEST_SUITE("timer", cases, 30);

@@ -287,14 +287,19 @@ typedef struct rok_sleep_op {
 	bool started;
 } rok_sleep_op;
 
+/* rok_now() + ns for ns > 0 (else rok_now()), saturated at INT64_MAX: a
+ * deadline that never comes, which rok_sleep_until accepts. */
+int64_t rok_deadline(int64_t ns);
+
 /*
  * Sleeps `ns` nanoseconds, counted from the first poll; never wakes early.
- * Cancelling the task removes the timer at once.  The same op may be used
- * again after it finished (in a loop).
+ * A deadline past INT64_MAX ns saturates there (never).  Cancelling the
+ * task removes the timer at once.  The same op may be used again after it
+ * finished (in a loop).
  */
 rok_poll rok_sleep(rok_cx *cx, rok_sleep_op *op, int64_t ns);
 
-/* Sleeps until rok_now() >= deadline. */
+/* Sleeps until rok_now() >= deadline; any deadline, INT64_MAX included. */
 rok_poll rok_sleep_until(rok_cx *cx, rok_sleep_op *op, int64_t deadline);
 
 /* Gives the worker to every other ready task once. */

@@ -8,7 +8,8 @@
  *     because a bare "5" could mean seconds or milliseconds;
  *   - a fraction must come out to whole milliseconds ("0.5ms" is refused
  *     rather than rounded to 0, which the protocol reads as "no timeout");
- *   - no sign, no spaces, no empty groups; overflow is -ERANGE.
+ *   - no sign, no spaces, no empty groups; more than ROK_DURATION_MAX_MS
+ *     (what rokd accepts) is -ERANGE.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -88,6 +89,8 @@ int rok_duration_parse(const char *s, uint64_t *ms)
 			return -ERANGE;
 		total += v;
 	}
+	if (total > ROK_DURATION_MAX_MS)
+		return -ERANGE;
 	*ms = total;
 	return 0;
 }

@@ -235,6 +235,9 @@ static int spawn_build(struct rokctl *ctx, const struct rokctl_args *a,
 		if (a->argc != 1)
 			return rokctl_usage(ctx, "sleep takes one DURATION");
 		rc = rok_duration_parse(a->argv[0], &ms);
+		if (rc == -ERANGE)
+			return rokctl_usage(ctx, "duration '%s' is too long (at "
+					    "most 87600h)", a->argv[0]);
 		if (rc < 0)
 			return rokctl_usage(ctx, "'%s' is not a duration (write "
 					    "e.g. 250ms, 5s, 2m, 1h)",

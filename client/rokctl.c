@@ -285,8 +285,8 @@ int rokctl_duration(struct rokctl *ctx, const struct rokctl_args *a, int key,
 		return ROKCTL_EXIT_OK;
 	rc = rok_duration_parse(a->val[key], ms);
 	if (rc == -ERANGE)
-		return rokctl_usage(ctx, "duration '%s' is too long",
-				    a->val[key]);
+		return rokctl_usage(ctx, "duration '%s' is too long (at most "
+				    "87600h)", a->val[key]);
 	if (rc < 0)
 		return rokctl_usage(ctx, "'%s' is not a duration (write e.g. "
 				    "250ms, 5s, 2m, 1h, 1m30s)", a->val[key]);

@@ -84,11 +84,17 @@ void cmd_select(struct conn *c, const Request *req)
 		                "select needs at least one task spec");
 		return;
 	}
+	if (duration_check_ms(s->timeout_ms, "timeout_ms", err,
+	                      sizeof(err)) < 0) {
+		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__INVALID_ARGUMENT,
+		                "%s", err);
+		return;
+	}
 	for (size_t i = 0; i < n; i++) {
 		const TaskSpec *spec = s->specs[i];
 		const struct kind *k = spec != NULL
 		        ? kind_find(spec->kind.data, spec->kind.len) : NULL;
-		if (k == NULL || k->check(spec, err, sizeof(err)) < 0) {
+		if (k == NULL || kind_check(k, spec, err, sizeof(err)) < 0) {
 			conn_send_error(c, req->id,
 			                ROK__V1__ERROR_CODE__INVALID_ARGUMENT,
 			                "spec %zu: %s", i,

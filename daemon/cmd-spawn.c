@@ -28,7 +28,7 @@ int cmd_create_task(struct conn *c, const TaskSpec *spec, struct rtask **out,
 		                                 : "");
 		return ROK__V1__ERROR_CODE__INVALID_ARGUMENT;
 	}
-	if (k->check(spec, err, len) < 0)
+	if (kind_check(k, spec, err, len) < 0)
 		return ROK__V1__ERROR_CODE__INVALID_ARGUMENT;
 	int e = tasktab_create(conn_uid(c), k, spec, out);
 	if (e == -EAGAIN) {
@@ -149,7 +149,12 @@ void cmd_spawn(struct conn *c, const Request *req)
 	} else {
 		conn_hold(c);
 	}
-	int code = cmd_create_task(c, sp->spec, &p->rec, err, sizeof(err));
+	int code;
+	if (p->wait && duration_check_ms(p->wait_timeout_ms, "wait_timeout_ms",
+	                                 err, sizeof(err)) < 0)
+		code = ROK__V1__ERROR_CODE__INVALID_ARGUMENT;
+	else
+		code = cmd_create_task(c, sp->spec, &p->rec, err, sizeof(err));
 	if (code != 0) {
 		conn_send_error(c, req->id, (ErrorCode)code, "%s", err);
 		spawn_let_go(p);

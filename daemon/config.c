@@ -113,12 +113,29 @@ int duration_parse(const char *s, size_t len, int64_t *ns)
 		if (k == sizeof(units) / sizeof(units[0]))
 			return -EINVAL;
 		if (n > (INT64_MAX - total) / units[k].ns)
-			return -EINVAL;
+			return -ERANGE;
 		total += n * units[k].ns;
 		i += strlen(units[k].unit);
 	}
+	if ((uint64_t)total / 1000000 > DURATION_MAX_MS)
+		return -ERANGE;
 	*ns = total;
 	return 0;
+}
+
+int64_t duration_ns(uint64_t ms)
+{
+	return ms > (uint64_t)INT64_MAX / 1000000 ? INT64_MAX
+	                                          : (int64_t)ms * 1000000;
+}
+
+int duration_check_ms(uint64_t ms, const char *what, char *err, size_t len)
+{
+	if (ms <= DURATION_MAX_MS)
+		return 0;
+	snprintf(err, len, "%s: %llu ms is longer than the maximum, %s", what,
+	         (unsigned long long)ms, DURATION_MAX_TEXT);
+	return -1;
 }
 
 static int config_uint(const char *v, uint64_t max, uint64_t *out)
@@ -195,7 +212,13 @@ static int config_set(struct config *c, const char *key, const char *v,
 		if (keys[i].size < 0) {   /* a duration */
 			bool ns_zero = keys[i].size == -2 && strcmp(v, "0") == 0;
 			int64_t ns = 0;
-			if (!ns_zero && duration_parse(v, strlen(v), &ns) < 0) {
+			int e = ns_zero ? 0 : duration_parse(v, strlen(v), &ns);
+			if (e == -ERANGE) {
+				snprintf(err, len, "%s: longer than the maximum, "
+				         "%s: %s", key, DURATION_MAX_TEXT, v);
+				return -1;
+			}
+			if (e < 0) {
 				snprintf(err, len, "%s: not a duration (250ms, "
 				         "5s, 2m)%s: %s", key,
 				         keys[i].size == -2 ? " nor 0" : "", v);

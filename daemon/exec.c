@@ -216,12 +216,9 @@ static void exec_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 		memcpy(j->in, spec->stdin.data, spec->stdin.len);
 		j->in_len = spec->stdin.len;
 	}
-	j->timeout_ns = spec->timeout_ms > (uint64_t)INT64_MAX / 1000000
-	                ? INT64_MAX : (int64_t)spec->timeout_ms * 1000000;
-	uint64_t grace = spec->kill_grace_ms != 0 ? spec->kill_grace_ms
-	                                          : config.kill_grace_ms;
-	j->grace_ns = grace > (uint64_t)INT64_MAX / 1000000
-	              ? INT64_MAX : (int64_t)grace * 1000000;
+	j->timeout_ns = duration_ns(spec->timeout_ms);
+	j->grace_ns = duration_ns(spec->kill_grace_ms != 0 ? spec->kill_grace_ms
+	                                                 : config.kill_grace_ms);
 	j->end_how = RT_SUCCEEDED;
 	atomic_init(&j->cancel_req, false);
 	exec_out_init(&j->out, j->id, config.max_task_output);
@@ -612,9 +609,7 @@ static void exec_terminate(struct exec_job *j, int how)
 	j->end_how = how;
 	j->phase = EXEC_TERM;
 	(void)kill(-j->pid, SIGTERM);
-	j->grace_deadline = rok_now() + j->grace_ns;
-	if (j->grace_deadline < 0)
-		j->grace_deadline = INT64_MAX;
+	j->grace_deadline = rok_deadline(j->grace_ns);
 	j->grace_armed = true;
 }
 
@@ -673,9 +668,7 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 	else
 		tasktab_set_ctl(j->rec, j);
 	if (j->timeout_ns > 0) {
-		j->to_deadline = rok_now() + j->timeout_ns;
-		if (j->to_deadline < 0)
-			j->to_deadline = INT64_MAX;
+		j->to_deadline = rok_deadline(j->timeout_ns);
 		j->to_armed = true;
 	}
 	for (;;) {

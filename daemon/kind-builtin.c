@@ -3,6 +3,7 @@
  * DURATION, echo TEXT (its value is TEXT).  Useful to try rokd out and to
  * measure the daemon without the cost of processes.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,8 +70,14 @@ static int sleep_check(const TaskSpec *spec, char *err, size_t len)
 
 	if (kind_check_nargs(spec, 1, "sleep DURATION", err, len) < 0)
 		return -1;
-	if (duration_parse((const char *)spec->args[0].data, spec->args[0].len,
-	                   &ns) < 0) {
+	int e = duration_parse((const char *)spec->args[0].data,
+	                       spec->args[0].len, &ns);
+	if (e == -ERANGE) {
+		snprintf(err, len, "sleep: duration longer than the maximum, %s",
+		         DURATION_MAX_TEXT);
+		return -1;
+	}
+	if (e < 0) {
 		snprintf(err, len, "sleep: bad duration (try 250ms, 5s, 2m, 1h)");
 		return -1;
 	}

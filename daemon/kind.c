@@ -77,6 +77,16 @@ static rok_poll runner_poll(rok_cx *cx, void *frame)
 	ROK_END(cx);
 }
 
+int kind_check(const struct kind *k, const TaskSpec *spec, char *err,
+               size_t len)
+{
+	if (duration_check_ms(spec->timeout_ms, "timeout_ms", err, len) < 0 ||
+	    duration_check_ms(spec->kill_grace_ms, "kill_grace_ms", err,
+	                      len) < 0)
+		return -1;
+	return k->check(spec, err, len);
+}
+
 int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
                const struct rt_reply *reply, rok_task **handle)
 {
@@ -84,9 +94,7 @@ int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
 		.rec = r,
 		.reply = reply != NULL ? *reply : (struct rt_reply){ NULL, 0 },
 		.kind = k,
-		.timeout_ns = spec->timeout_ms > (uint64_t)INT64_MAX / 1000000
-		                      ? INT64_MAX
-		                      : (int64_t)spec->timeout_ms * 1000000,
+		.timeout_ns = duration_ns(spec->timeout_ms),
 	};
 
 	_Static_assert(sizeof(f.body) >= KIND_FRAME_MAX, "kind frame");

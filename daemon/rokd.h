@@ -65,9 +65,24 @@ void config_defaults(struct config *c);
 int config_load(struct config *c, const char *path, char *err, size_t len);
 void config_free(struct config *c);
 
-/* Parses "250ms", "5s", "2m", "1h" (and sums like "1m30s") into ns: 0 or
- * -EINVAL. */
+/*
+ * The longest duration rokd takes, from a client (any *_ms field, the sleep
+ * kind's argument) or from rokd.conf: 87600h, ten years.  Longer is refused
+ * (INVALID_ARGUMENT), so that deadline arithmetic never wraps; 0 still means
+ * "none" where a field says so.
+ */
+#define DURATION_MAX_MS ((uint64_t)87600 * 3600 * 1000)
+#define DURATION_MAX_TEXT "87600h"
+
+/* Parses "250ms", "5s", "2m", "1h" (and sums like "1m30s") into ns: 0,
+ * -EINVAL, or -ERANGE past DURATION_MAX_MS. */
 int duration_parse(const char *s, size_t len, int64_t *ns);
+/* A duration field of a request: 0, or -1 with "<what> ... is longer than
+ * 87600h" in err. */
+int duration_check_ms(uint64_t ms, const char *what, char *err, size_t len);
+/* ms in ns, saturated at INT64_MAX: for specs checked by an older rokd and
+ * read back from the journal, which may hold any value. */
+int64_t duration_ns(uint64_t ms);
 
 /* ---- tasktab.c: every task the daemon knows (any thread) -------------- */
 enum {
@@ -224,6 +239,10 @@ struct kind {
 };
 
 const struct kind *kind_find(const uint8_t *name, size_t len);
+/* Checks a spec for kind k: its durations, then k->check.  0, or -1 with a
+ * message in err.  Reactor thread. */
+int kind_check(const struct kind *k, const TaskSpec *spec, char *err,
+               size_t len);
 /* Spawns the runtime task that runs record r: 0 or -errno. */
 int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
                const struct rt_reply *reply, rok_task **handle);

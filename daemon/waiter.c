@@ -253,11 +253,13 @@ int waiter_start(struct conn *c, uint64_t req_id, int mode,
 	};
 	char msg[96];
 
+	if (duration_check_ms(timeout_ms, "timeout_ms", msg, sizeof(msg)) < 0) {
+		waiter_refuse(c, req_id, begun,
+		              ROK__V1__ERROR_CODE__INVALID_ARGUMENT, msg);
+		return -EINVAL;
+	}
 	if (timeout_ms > 0)
-		f.deadline = rok_now() +
-		             (timeout_ms > (uint64_t)INT64_MAX / 2000000
-		                      ? INT64_MAX / 2
-		                      : (int64_t)timeout_ms * 1000000);
+		f.deadline = rok_deadline(duration_ns(timeout_ms));
 	f.ids = malloc(n * sizeof(*f.ids));
 	f.handles = calloc(n, sizeof(*f.handles));
 	f.live = calloc(n, sizeof(*f.live));

@@ -1207,6 +1207,13 @@ START_TEST(duration_parse)
 		{ "5s ", -EINVAL, 0 }, { "1d", -EINVAL, 0 },
 		{ "99999999999999999999ms", -ERANGE, 0 },
 		{ "9999999999999999h", -ERANGE, 0 },
+		/* At most ROK_DURATION_MAX_MS, 87600h: never wraps in rokd. */
+		{ "1440h", 0, 5184000000 }, { "87600h", 0, 315360000000 },
+		{ "315360000000ms", 0, 315360000000 },
+		{ "315360000001ms", -ERANGE, 0 }, { "87600h1ms", -ERANGE, 0 },
+		{ "87599h60m0.001s", -ERANGE, 0 },
+		{ "9223372036s", -ERANGE, 0 },
+		{ "18446744073709551615ms", -ERANGE, 0 },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

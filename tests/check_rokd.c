@@ -596,6 +596,152 @@ START_TEST(typed_errors)
 }
 END_TEST
 
+/* ---- durations -------------------------------------------------------- */
+
+#define RC_DURATION_MAX_MS (87600ull * 3600 * 1000)   /* rokd.h: 87600h */
+
+/* Expects INVALID_ARGUMENT whose message mentions `what`. */
+static void rc_expect_invalid(int fd, const char *what)
+{
+	Response *r = rc_recv(fd);
+
+	ck_assert_ptr_nonnull(r);
+	ck_assert_ptr_nonnull(r->error);
+	ck_assert_int_eq(r->error->code, ROK__V1__ERROR_CODE__INVALID_ARGUMENT);
+	ck_assert_msg(memmem(r->error->message.data, r->error->message.len,
+	                     what, strlen(what)) != NULL,
+	              "\"%.*s\" does not mention %s",
+	              (int)r->error->message.len,
+	              (char *)r->error->message.data, what);
+	rok__v1__response__free_unpacked(r, NULL);
+}
+
+static void rc_spawn_spec(int fd, Rok__V1__TaskSpec *spec, bool wait,
+                          uint64_t wait_timeout_ms)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__SpawnRequest sp = ROK__V1__SPAWN_REQUEST__INIT;
+
+	sp.spec = spec;
+	sp.wait = wait;
+	sp.wait_timeout_ms = wait_timeout_ms;
+	req.id = 41;
+	req.body_case = ROK__V1__REQUEST__BODY_SPAWN;
+	req.spawn = &sp;
+	rc_send(fd, &req);
+}
+
+static void rc_cancel_ok(int fd, uint64_t id)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
+
+	cr.ids = &id;
+	cr.n_ids = 1;
+	req.id = 43;
+	req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
+	req.cancel = &cr;
+	rc_send(fd, &req);
+	Response *r = rc_recv(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_ptr_nonnull(r->cancel);
+	ck_assert_int_eq(r->cancel->results[0]->code, ROK__V1__ERROR_CODE__OK);
+	rok__v1__response__free_unpacked(r, NULL);
+}
+
+static void rc_wait_running(int fd, uint64_t id)
+{
+	int st;
+
+	while ((st = rc_state(fd, id)) != ROK__V1__TASK_STATE__TASK_RUNNING) {
+		ck_assert_int_eq(st, ROK__V1__TASK_STATE__TASK_QUEUED);
+		test_sleep_ms(1);
+	}
+}
+
+/*
+ * Far sleeps and timeouts run (rokd once died on `sleep 1440h`: the timer
+ * wheel wrote past its last level), and durations past the documented
+ * maximum, 87600h, are refused wherever a client can give one, instead of
+ * wrapping into the past (`sleep 9223372036s` and a huge timeout_ms used to
+ * end at once).
+ */
+START_TEST(durations_bounded)
+{
+	rokd_start(NULL);
+	int fd = rc_hello();
+	uint64_t ids[3];
+
+	ids[0] = rc_spawn(fd, "sleep", "1440h");
+	ids[1] = rc_spawn(fd, "sleep", "87600h");
+	rc_spawn_req(fd, 7, "sleep", "1h", false, RC_DURATION_MAX_MS);
+	Response *r = rc_recv(fd);
+	ck_assert_ptr_null(r->error);
+	ids[2] = r->spawn->id;
+	rok__v1__response__free_unpacked(r, NULL);
+	for (int i = 0; i < 3; i++)
+		rc_wait_running(fd, ids[i]);
+	r = rc_join(fd, ids, 3, 50);   /* all still running */
+	ck_assert_ptr_nonnull(r->error);
+	ck_assert_int_eq(r->error->code, ROK__V1__ERROR_CODE__TIMED_OUT);
+	rok__v1__response__free_unpacked(r, NULL);
+	rc_ping_ok(fd);
+
+	/* the sleep kind's argument */
+	rc_spawn_req(fd, 3, "sleep", "9223372036s", true, 0);
+	rc_expect_invalid(fd, "sleep: duration longer than the maximum");
+	rc_spawn_req(fd, 3, "sleep", "87600h1ms", true, 0);
+	rc_expect_invalid(fd, "sleep: duration longer than the maximum");
+	rc_spawn_req(fd, 3, "sleep", "99999999999999999999h", true, 0);
+	rc_expect_invalid(fd, "sleep:");
+	/* the task's own timeout and kill grace */
+	rc_spawn_req(fd, 3, "sleep", "1s", true, UINT64_MAX);
+	rc_expect_invalid(fd, "timeout_ms");
+	rc_spawn_req(fd, 3, "sleep", "1s", true, RC_DURATION_MAX_MS + 1);
+	rc_expect_invalid(fd, "timeout_ms");
+	Rok__V1__TaskSpec spec = ROK__V1__TASK_SPEC__INIT;
+	ProtobufCBinaryData arg = bin("true");
+	spec.kind = bin("exec");
+	spec.args = &arg;
+	spec.n_args = 1;
+	spec.kill_grace_ms = (uint64_t)INT64_MAX;
+	rc_spawn_spec(fd, &spec, false, 0);
+	rc_expect_invalid(fd, "kill_grace_ms");
+	/* waits: spawn --wait, join, select */
+	spec.kill_grace_ms = 0;
+	rc_spawn_spec(fd, &spec, true, UINT64_MAX);
+	rc_expect_invalid(fd, "wait_timeout_ms");
+	r = rc_join(fd, ids, 1, UINT64_MAX);
+	ck_assert_ptr_nonnull(r->error);
+	ck_assert_int_eq(r->error->code, ROK__V1__ERROR_CODE__INVALID_ARGUMENT);
+	rok__v1__response__free_unpacked(r, NULL);
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__SelectRequest sel = ROK__V1__SELECT_REQUEST__INIT;
+	Rok__V1__TaskSpec *specs[1] = { &spec };
+	sel.specs = specs;
+	sel.n_specs = 1;
+	sel.timeout_ms = RC_DURATION_MAX_MS + 1;
+	req.id = 45;
+	req.body_case = ROK__V1__REQUEST__BODY_SELECT;
+	req.select = &sel;
+	rc_send(fd, &req);
+	rc_expect_invalid(fd, "timeout_ms");
+
+	/* the far ones cancel like any other */
+	for (int i = 0; i < 3; i++)
+		rc_cancel_ok(fd, ids[i]);
+	r = rc_join(fd, ids, 3, 0);
+	ck_assert_ptr_null(r->error);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(r->join->tasks[i]->state,
+		                 ROK__V1__TASK_STATE__TASK_CANCELLED);
+	rok__v1__response__free_unpacked(r, NULL);
+	rc_ping_ok(fd);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
 /* Malformed framing closes that connection only; others carry on. */
 START_TEST(bad_frames)
 {
@@ -1077,6 +1223,7 @@ static Suite *rokd_suite(void)
 		{ "race_select", race_and_select },
 		{ "waits_begun", waits_begun_before_commit },
 		{ "typed_errors", typed_errors },
+		{ "durations", durations_bounded },
 		{ "bad_frames", bad_frames },
 		{ "many_ids", many_ids_one_join },
 		{ "lazy_client", client_that_does_not_read },

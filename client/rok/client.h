@@ -457,12 +457,16 @@ int rok_client_wait(rok_client *c, uint64_t req_id, rok_reply **out);
  */
 int rok_socket_path(char *buf, size_t size);
 
+/* The longest duration rokd accepts in any field or sleep argument:
+ * 87600h (ten years).  A longer one is INVALID_ARGUMENT. */
+#define ROK_DURATION_MAX_MS ((uint64_t)87600 * 3600 * 1000)
+
 /*
  * Parses a duration: one or more NUMBER UNIT groups, UNIT one of ms, s, m,
  * h, NUMBER decimal with an optional fraction ("250ms", "5s", "1m30s",
  * "1.5h"); a lone "0" is zero.  The result must be a whole number of
  * milliseconds.  0 or -EINVAL (garbage, a missing unit, finer than 1 ms),
- * -ERANGE (overflow).  *ms is 0 on failure.
+ * -ERANGE (longer than ROK_DURATION_MAX_MS).  *ms is 0 on failure.
  */
 int rok_duration_parse(const char *s, uint64_t *ms);
 

@@ -100,7 +100,7 @@ int duration_parse(const char *s, size_t len, int64_t *ns)
 		int64_t n = 0;
 		while (i < len && isdigit((unsigned char)s[i])) {
 			if (n > (INT64_MAX - 9) / 10)
-				return -EINVAL;
+				return -ERANGE;
 			n = n * 10 + (s[i++] - '0');
 		}
 		size_t k;

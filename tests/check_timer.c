@@ -424,6 +424,85 @@ START_TEST(far_in_order)
 END_TEST
 
 /*
+ * Against the obvious reference (a sorted array): random deadlines from a
+ * second to years away, at every level and across turns of the top one,
+ * and the clock moved forward in random steps to between two of them.
+ * After each step exactly the deadlines passed have fired, in order: none
+ * late, none early.  Deadlines are 2 s apart at least, so the real time
+ * that passes meanwhile never reaches the next one.
+ */
+static uint64_t far_rand(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+static int far_cmp(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+START_TEST(far_random)
+{
+	enum { N = 48 };
+	/* Spans of the offsets: a level's worth each, then past the wheel. */
+	static const int64_t span[] = {
+		ROK_S(60), ROK_S(3600), ROK_S(86400), ROK_S(20 * 86400),
+		TIMER_TURN_NS, 2 * TIMER_TURN_NS, ROK_S(800 * 86400),
+	};
+	uint64_t x = 0x9e3779b97f4a7c15u + (uint64_t)_i;
+	int64_t base, deadline[N];
+	int spawn_order[N];
+	rok_task *t[N];
+
+	test_workers(1);
+	/* Half the runs start the wheel just before a turn of 2^52 ns. */
+	if (_i % 2)
+		timer_skew_clock(TIMER_TURN_NS - ROK_S(3600) - rok_now());
+	ck_assert_int_eq(rok_start(), 0);
+	base = rok_now();
+	for (int i = 0; i < N; i++) {
+		int64_t sp = span[far_rand(&x) % (sizeof(span) / sizeof(span[0]))];
+		deadline[i] = base + ROK_S(2) +
+		              (int64_t)(far_rand(&x) % (uint64_t)sp);
+		spawn_order[i] = i;
+	}
+	qsort(deadline, N, sizeof(deadline[0]), far_cmp);
+	for (int i = 1; i < N; i++)
+		if (deadline[i] < deadline[i - 1] + ROK_S(2))
+			deadline[i] = deadline[i - 1] + ROK_S(2);
+	for (int i = N - 1; i > 0; i--) {   /* Fisher-Yates */
+		int j = (int)(far_rand(&x) % (uint64_t)(i + 1));
+		int tmp = spawn_order[i];
+		spawn_order[i] = spawn_order[j];
+		spawn_order[j] = tmp;
+	}
+	far_spawn(t, deadline, N, spawn_order);
+	for (int done = 0; done < N;) {
+		int next = done + 1 + (int)(far_rand(&x) % 8);
+		if (next > N)
+			next = N;
+		/* Between the last deadline to pass and the first to stay. */
+		far_clock_to(next < N ? deadline[next - 1] +
+		                                (deadline[next] -
+		                                 deadline[next - 1]) / 2
+		                      : deadline[N - 1] + ROK_MS(1));
+		far_wait_fired(next);
+		ck_assert_int_eq(atomic_load(&fired_n), next);
+		done = next;
+	}
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(atomic_load(&fired[i]), i);
+	ck_assert_int_eq(atomic_load(&fired_early), 0);
+	far_reap(t, N);
+}
+END_TEST
+
+/*
  * Sleeps that overflow a deadline saturate to "never" instead of wrapping
  * into the past, and far timers cancel like near ones.  `ns` values: 60
  * days, just under INT64_MAX / 1e9 seconds (rokctl's verified `sleep
@@ -626,7 +705,10 @@ static Suite *timer_suite(void)
 		{ "fire_while_cancelling", fire_while_cancelling },
 	};
 
-	return TEST_SUITE("timer", cases, 30);
+	Suite *s = TEST_SUITE("timer", cases, 30);
+
+	test_add(s, "far_random", far_random, 8, 30);
+	return s;
 }
 
 int main(void)

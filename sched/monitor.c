@@ -59,10 +59,17 @@ static bool monitor_stopping(void)
 	       EXECUTOR_STOPPING;
 }
 
-static void monitor_wait(const struct timespec *ts)
-{
-	uint32_t v = atomic_load(&monitor.word);
+void (*monitor_sleep_hook)(void);
 
+/*
+ * Sleeps on the futex word until it differs from `v`, the value read before
+ * the caller's last look at the state it waits for: a poke that came after
+ * that look has bumped the word, so the wait returns at once.  (Reading the
+ * word here, after the look, would take in such a poke's bump and sleep
+ * through it.)
+ */
+static void monitor_wait(uint32_t v, const struct timespec *ts)
+{
 	if (!monitor_stopping())
 		syscall(SYS_futex, &monitor.word, FUTEX_WAIT_PRIVATE, v, ts,
 		        NULL, 0);
@@ -184,15 +191,30 @@ static void *monitor_main(void *arg)
 	(void)arg;
 	while (!monitor_stopping()) {
 		if (monitor_all_idle()) {
+			/* Before `sleeping` is set, so any poke that sees it
+			 * set bumps the word past v. */
+			uint32_t v = atomic_load(&monitor.word);
 			atomic_store(&monitor.sleeping, true);
-			/* A worker that woke between the check and the store
-			 * poked nobody: check again before sleeping for good. */
-			if (monitor_all_idle())
-				monitor_wait(NULL);
+			/*
+			 * A worker that woke between the check and the store
+			 * poked nobody: check again before sleeping for good.
+			 * The fence orders the store above before the loads of
+			 * the second look (monitor_all_idle reads relaxed); it
+			 * pairs with the seq_cst increment of the unparked
+			 * count and the seq_cst load in monitor_poke: either
+			 * the look sees the worker unparked, or the poke sees
+			 * `sleeping` and bumps the word.
+			 */
+			atomic_thread_fence(memory_order_seq_cst);
+			if (monitor_all_idle()) {
+				if (monitor_sleep_hook != NULL)
+					monitor_sleep_hook();
+				monitor_wait(v, NULL);
+			}
 			atomic_store(&monitor.sleeping, false);
 			continue;
 		}
-		monitor_wait(&period);
+		monitor_wait(atomic_load(&monitor.word), &period);
 		unsigned n = atomic_load_explicit(&executor.nhelpers,
 		                                  memory_order_relaxed);
 		for (unsigned i = 0; i < n; i++)

@@ -71,8 +71,7 @@ void task_schedule(rok_task *t, bool from_self)
 			&executor.workers[t->home], memory_order_relaxed);
 		if (home == me && runq_push(&me->pinned, t) == 0)
 			return;
-		injector_push(&home->inbox, t);
-		worker_unpark(home);
+		worker_push_remote(home, t);
 		return;
 	}
 	if (me != NULL) {

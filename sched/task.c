@@ -255,8 +255,20 @@ rok_poll rok_join_err(rok_cx *cx, rok_join_op *op, rok_task *t, void **result,
 	    task_join_link(t, w, cx))
 		return ROK_PENDING;
 	int e = task_result(t, result);
-	if (err != NULL)
+	if (err != NULL) {
 		*err = e;
+	} else if (e < 0) {
+		/*
+		 * A plain await (no err to receive the CancellationError) of
+		 * a task that ended without a result: SPEC A11 calls that a
+		 * programming error, and as an uncaught CancellationError
+		 * would, it ends the awaiting coroutine.  The await macro sees
+		 * the cancelled state, releases (nothing is linked) and leaves
+		 * through the cleanup; the task ends without a result in turn.
+		 */
+		cx->force_cancel = true;
+		return ROK_PENDING;
+	}
 	return ROK_READY;
 }
 

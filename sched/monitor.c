@@ -22,6 +22,10 @@
  * task waits behind any blocked thread.  Helper structs are kept for reuse
  * and freed only at stop, which lets thieves read them without a lock.
  *
+ * A long poll that is not blocked (computing, or preempted) gets no helper,
+ * but its LIFO task is opened to thieves and a parked worker is woken for
+ * it (monitor_look), so that the slot cannot starve it (SPEC A2).
+ *
  * Not handed off: a worker with spawn_local tasks pinned to it (they may only
  * run on its thread), and thread-per-core workers, whose every task is
  * pinned.  Guests (block_on threads) are not watched.
@@ -165,6 +169,14 @@ static void monitor_look(struct worker *w)
 {
 	uint32_t seq = atomic_load_explicit(&w->poll_seq, memory_order_relaxed);
 
+	if ((seq & 1) && seq == w->mon_seen) {
+		/* A long poll: its LIFO task may be stolen now, and someone
+		 * parked is woken to do it (worker.c).  At each look, as the
+		 * slot may fill during the poll. */
+		atomic_store_explicit(&w->long_poll, seq, memory_order_relaxed);
+		if (atomic_load_explicit(&w->lifo, memory_order_relaxed) != NULL)
+			executor_notify();
+	}
 	if ((seq & 1) && seq == w->mon_seen && w->helped_by == NULL &&
 	    atomic_load_explicit(&w->pinned_live, memory_order_relaxed) == 0 &&
 	    monitor_thread_asleep(atomic_load_explicit(&w->tid,

@@ -16,7 +16,13 @@
  * is never put in the LIFO slot (task.c queues it with from_self).
  *
  * Stealing starts at a pseudo-random victim and goes round the other N-1
- * workers, taking half of the first non-empty deque.  Parking follows
+ * workers, taking half of the first non-empty deque.  Failing that, it
+ * takes the LIFO task of a worker in a long poll (SPEC A2: the slot may not
+ * starve its task).  Filling the slot wakes nobody, since its owner runs
+ * it as soon as the current poll returns; when that poll runs long, the
+ * monitor marks it (long_poll) and wakes a parked worker to take the task
+ * (monitor_look), so the task waits for at most a couple of monitor
+ * periods while others idle.  Parking follows
  * idle.c's protocol; the park itself is a futex on park_word.
  *
  * Guest workers (threads inside rok_block_on) have the same struct but only
@@ -281,6 +287,32 @@ static rok_task *worker_steal_from_pool(struct worker *w)
 			executor_notify();   /* it may get stuck: let others share */
 		worker_count(&w->steals);
 		return buf[0];
+	}
+	for (unsigned i = 0; i < n; i++) {
+		unsigned v = (start + i) % n;
+		struct worker *victim = v < pool
+		        ? atomic_load_explicit(&executor.workers[v],
+		                               memory_order_relaxed)
+		        : executor.helpers[v - pool];
+		rok_task *t;
+		/* Relaxed: the marks are hints; a poll that just ended lets
+		 * the owner and us race for the slot, and the exchange
+		 * settles it.  The mark is odd (in a poll), never 0. */
+		if (victim == w ||
+		    atomic_load_explicit(&victim->long_poll,
+		                         memory_order_relaxed) !=
+		            (atomic_load_explicit(&victim->poll_seq,
+		                                  memory_order_relaxed) | 1) ||
+		    atomic_load_explicit(&victim->lifo,
+		                         memory_order_relaxed) == NULL)
+			continue;
+		/* Acquire: pairs with the acq_rel exchange that filled it. */
+		t = atomic_exchange_explicit(&victim->lifo, NULL,
+		                             memory_order_acquire);
+		if (t != NULL) {
+			worker_count(&w->steals);
+			return t;
+		}
 	}
 	return NULL;
 }

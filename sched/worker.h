@@ -25,7 +25,10 @@ struct worker {
 	_Atomic int64_t regs;               /* registrations delta */
 	_Atomic uint32_t poll_seq;          /* odd while inside a poll */
 	_Atomic(rok_task *) lifo;           /* most recently woken task; a
-	                                       helper may take it (monitor.c) */
+	                                       helper may take it (monitor.c),
+	                                       a thief during a long poll */
+	_Atomic uint32_t long_poll;         /* poll_seq of a poll the monitor
+	                                       saw at two looks (monitor.c) */
 	_Atomic unsigned pinned_live;       /* unfinished spawn_local tasks
 	                                       homed here; owner writes */
 	_Atomic unsigned wakers;            /* guest: worker_push_remote calls

@@ -37,6 +37,10 @@
  *              ref/unref balance; is_finished goes from false to true.
  * million:     10^6 spawns joined by one task, 4 x 10^5 spawned and waited
  *              by foreign threads at the same time; every value checked.
+ * guest_waker: block_on does not free its guest worker while the waker
+ *              that queued its root is still unparking it.
+ * park_wake:   5 x 10^4 wake-ups through a guest's and (thread-per-core)
+ *              pool workers' inboxes, none lost.
  *
  * Each test runs in its own forked process, so it sets ROK_WORKERS before
  * the runtime starts.  Tasks and helper threads never call ck_assert

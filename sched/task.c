@@ -250,19 +250,20 @@ rok_poll rok_join_err(rok_cx *cx, rok_join_op *op, rok_task *t, void **result,
 
 	if (waitq_begin(cx, w))
 		return ROK_PENDING;
+	if (!(atomic_load_explicit(&t->state, memory_order_acquire) &
+	      TASK_COMPLETE) &&
+	    task_join_link(t, w, cx))
+		return ROK_PENDING;
 	/*
 	 * A blocking job's (or 1:1 thread's) value is discarded once the
 	 * awaiting task is cancelled (SPEC A5, A11), even if the job ended
 	 * between the cancel and this re-poll: the await macro, seeing the
 	 * cancelled state, releases and leaves.  (A first poll in cancelled
 	 * state never gets here.)  A task's value is kept, as any value an
-	 * await completed with is.
+	 * await completed with is.  t->flags is read only now that `t` is
+	 * complete (acquire above): a running task writes it in its polls.
 	 */
 	if ((t->flags & TASK_F_EXTERNAL) && rok_cx_cancelled(cx))
-		return ROK_PENDING;
-	if (!(atomic_load_explicit(&t->state, memory_order_acquire) &
-	      TASK_COMPLETE) &&
-	    task_join_link(t, w, cx))
 		return ROK_PENDING;
 	int e = task_result(t, result);
 	if (err != NULL) {

@@ -28,7 +28,11 @@
  *
  * Not handed off: a worker with spawn_local tasks pinned to it (they may only
  * run on its thread), and thread-per-core workers, whose every task is
- * pinned.  Guests (block_on threads) are not watched.
+ * pinned.  Guests (block_on threads) are not watched.  SPEC A7 would let a
+ * thread-per-core worker go on on another thread; doing so needs its pinned
+ * queue and pinned count handed to the helper while the stuck thread, for
+ * the rest of its poll, queues through the inbox instead (a real hand-off
+ * of the worker, as Go's P), which this design does not do yet.
  *
  * An idle pool costs nothing: when every worker is parked and no helper runs,
  * the monitor sleeps until a worker wakes up (monitor_poke).

@@ -172,8 +172,11 @@ static rok_poll waiter_poll(rok_cx *cx, void *frame)
 			if (f->handles[f->i] == NULL)
 				continue;
 			if (f->deadline == 0) {
-				ROK_AWAIT(cx, rok_join(cx, &f->join,
-				                       f->handles[f->i], &f->v));
+				/* A cancelled task is a result here too: the
+				 * reply reads its status. */
+				ROK_AWAIT(cx, rok_join_err(cx, &f->join,
+				                           f->handles[f->i],
+				                           &f->v, &f->err));
 				continue;
 			}
 			ROK_AWAIT(cx, rok_join_timeout(cx, &f->jt,

@@ -47,9 +47,10 @@ rok_poll rok_join_all(rok_cx *cx, rok_join_all_op *op, rok_task *const *tasks,
 	for (; op->next < n; op->next++) {
 		size_t i = op->next;
 		void *value;
-		int err;
-		if (rok_join_err(cx, &op->join, tasks[i], &value, &err) ==
-		    ROK_PENDING)
+		int err = 0;
+		/* Without errs, a plain await of each: see rok_join. */
+		if (rok_join_err(cx, &op->join, tasks[i], &value,
+		                 errs != NULL ? &err : NULL) == ROK_PENDING)
 			return ROK_PENDING;
 		if (results != NULL)
 			results[i] = value;

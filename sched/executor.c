@@ -440,6 +440,7 @@ int rok_block_on(rok_poll_fn poll, const void *frame, size_t size,
 		rok_task_unref(root);
 	}
 	executor_tls.worker = NULL;
+	worker_guest_quiesce(w);   /* wakers still touching w: see there */
 	executor_guest_leave(w);
 	return err;
 }

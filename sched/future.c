@@ -57,8 +57,13 @@ rok_poll rok_future_await(rok_cx *cx, rok_future *f, void **result)
 	if (f->state != FUTURE_DONE &&
 	    future_poll_once(cx, f, false) == ROK_PENDING)
 		return ROK_PENDING;
-	if (f->cancelled)
-		return ROK_PENDING;   /* the awaiting macro leaves as well */
+	if (f->cancelled) {
+		/* The awaiting macro leaves as well: the task was cancelled,
+		 * or the future ended through a plain rok_join of a task
+		 * without a result, which ends its awaiter too. */
+		cx->force_cancel = true;
+		return ROK_PENDING;
+	}
 	if (result != NULL)
 		*result = f->result;
 	return ROK_READY;

@@ -22,9 +22,17 @@
  * task waits behind any blocked thread.  Helper structs are kept for reuse
  * and freed only at stop, which lets thieves read them without a lock.
  *
+ * A long poll that is not blocked (computing, or preempted) gets no helper,
+ * but its LIFO task is opened to thieves and a parked worker is woken for
+ * it (monitor_look), so that the slot cannot starve it (SPEC A2).
+ *
  * Not handed off: a worker with spawn_local tasks pinned to it (they may only
  * run on its thread), and thread-per-core workers, whose every task is
- * pinned.  Guests (block_on threads) are not watched.
+ * pinned.  Guests (block_on threads) are not watched.  SPEC A7 would let a
+ * thread-per-core worker go on on another thread; doing so needs its pinned
+ * queue and pinned count handed to the helper while the stuck thread, for
+ * the rest of its poll, queues through the inbox instead (a real hand-off
+ * of the worker, as Go's P), which this design does not do yet.
  *
  * An idle pool costs nothing: when every worker is parked and no helper runs,
  * the monitor sleeps until a worker wakes up (monitor_poke).
@@ -59,10 +67,17 @@ static bool monitor_stopping(void)
 	       EXECUTOR_STOPPING;
 }
 
-static void monitor_wait(const struct timespec *ts)
-{
-	uint32_t v = atomic_load(&monitor.word);
+void (*monitor_sleep_hook)(void);
 
+/*
+ * Sleeps on the futex word until it differs from `v`, the value read before
+ * the caller's last look at the state it waits for: a poke that came after
+ * that look has bumped the word, so the wait returns at once.  (Reading the
+ * word here, after the look, would take in such a poke's bump and sleep
+ * through it.)
+ */
+static void monitor_wait(uint32_t v, const struct timespec *ts)
+{
 	if (!monitor_stopping())
 		syscall(SYS_futex, &monitor.word, FUTEX_WAIT_PRIVATE, v, ts,
 		        NULL, 0);
@@ -158,6 +173,14 @@ static void monitor_look(struct worker *w)
 {
 	uint32_t seq = atomic_load_explicit(&w->poll_seq, memory_order_relaxed);
 
+	if ((seq & 1) && seq == w->mon_seen) {
+		/* A long poll: its LIFO task may be stolen now, and someone
+		 * parked is woken to do it (worker.c).  At each look, as the
+		 * slot may fill during the poll. */
+		atomic_store_explicit(&w->long_poll, seq, memory_order_relaxed);
+		if (atomic_load_explicit(&w->lifo, memory_order_relaxed) != NULL)
+			executor_notify();
+	}
 	if ((seq & 1) && seq == w->mon_seen && w->helped_by == NULL &&
 	    atomic_load_explicit(&w->pinned_live, memory_order_relaxed) == 0 &&
 	    monitor_thread_asleep(atomic_load_explicit(&w->tid,
@@ -184,15 +207,30 @@ static void *monitor_main(void *arg)
 	(void)arg;
 	while (!monitor_stopping()) {
 		if (monitor_all_idle()) {
+			/* Before `sleeping` is set, so any poke that sees it
+			 * set bumps the word past v. */
+			uint32_t v = atomic_load(&monitor.word);
 			atomic_store(&monitor.sleeping, true);
-			/* A worker that woke between the check and the store
-			 * poked nobody: check again before sleeping for good. */
-			if (monitor_all_idle())
-				monitor_wait(NULL);
+			/*
+			 * A worker that woke between the check and the store
+			 * poked nobody: check again before sleeping for good.
+			 * The fence orders the store above before the loads of
+			 * the second look (monitor_all_idle reads relaxed); it
+			 * pairs with the seq_cst increment of the unparked
+			 * count and the seq_cst load in monitor_poke: either
+			 * the look sees the worker unparked, or the poke sees
+			 * `sleeping` and bumps the word.
+			 */
+			atomic_thread_fence(memory_order_seq_cst);
+			if (monitor_all_idle()) {
+				if (monitor_sleep_hook != NULL)
+					monitor_sleep_hook();
+				monitor_wait(v, NULL);
+			}
 			atomic_store(&monitor.sleeping, false);
 			continue;
 		}
-		monitor_wait(&period);
+		monitor_wait(atomic_load(&monitor.word), &period);
 		unsigned n = atomic_load_explicit(&executor.nhelpers,
 		                                  memory_order_relaxed);
 		for (unsigned i = 0; i < n; i++)

@@ -18,6 +18,14 @@ void monitor_free(void);
 /* A parked worker woke up: lets a monitor that sleeps for good resume. */
 void monitor_poke(void);
 
+/*
+ * Test seam: called on the monitor thread after its last look at an idle
+ * pool, just before it sleeps until poked, so that a test can wake a worker
+ * in that window.  NULL (nothing called) unless a test sets it before
+ * rok_start.
+ */
+extern void (*monitor_sleep_hook)(void);
+
 /* Helpers started so far (hand-offs). */
 unsigned monitor_helpers(void);
 

@@ -71,8 +71,7 @@ void task_schedule(rok_task *t, bool from_self)
 			&executor.workers[t->home], memory_order_relaxed);
 		if (home == me && runq_push(&me->pinned, t) == 0)
 			return;
-		injector_push(&home->inbox, t);
-		worker_unpark(home);
+		worker_push_remote(home, t);
 		return;
 	}
 	if (me != NULL) {
@@ -255,9 +254,32 @@ rok_poll rok_join_err(rok_cx *cx, rok_join_op *op, rok_task *t, void **result,
 	      TASK_COMPLETE) &&
 	    task_join_link(t, w, cx))
 		return ROK_PENDING;
+	/*
+	 * A blocking job's (or 1:1 thread's) value is discarded once the
+	 * awaiting task is cancelled (SPEC A5, A11), even if the job ended
+	 * between the cancel and this re-poll: the await macro, seeing the
+	 * cancelled state, releases and leaves.  (A first poll in cancelled
+	 * state never gets here.)  A task's value is kept, as any value an
+	 * await completed with is.  t->flags is read only now that `t` is
+	 * complete (acquire above): a running task writes it in its polls.
+	 */
+	if ((t->flags & TASK_F_EXTERNAL) && rok_cx_cancelled(cx))
+		return ROK_PENDING;
 	int e = task_result(t, result);
-	if (err != NULL)
+	if (err != NULL) {
 		*err = e;
+	} else if (e < 0) {
+		/*
+		 * A plain await (no err to receive the CancellationError) of
+		 * a task that ended without a result: SPEC A11 calls that a
+		 * programming error, and as an uncaught CancellationError
+		 * would, it ends the awaiting coroutine.  The await macro sees
+		 * the cancelled state, releases (nothing is linked) and leaves
+		 * through the cleanup; the task ends without a result in turn.
+		 */
+		cx->force_cancel = true;
+		return ROK_PENDING;
+	}
 	return ROK_READY;
 }
 

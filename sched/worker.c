@@ -16,7 +16,13 @@
  * is never put in the LIFO slot (task.c queues it with from_self).
  *
  * Stealing starts at a pseudo-random victim and goes round the other N-1
- * workers, taking half of the first non-empty deque.  Parking follows
+ * workers, taking half of the first non-empty deque.  Failing that, it
+ * takes the LIFO task of a worker in a long poll (SPEC A2: the slot may not
+ * starve its task).  Filling the slot wakes nobody, since its owner runs
+ * it as soon as the current poll returns; when that poll runs long, the
+ * monitor marks it (long_poll) and wakes a parked worker to take the task
+ * (monitor_look), so the task waits for at most a couple of monitor
+ * periods while others idle.  Parking follows
  * idle.c's protocol; the park itself is a futex on park_word.
  *
  * Guest workers (threads inside rok_block_on) have the same struct but only
@@ -103,11 +109,57 @@ void worker_run_task(struct worker *w, rok_task *t)
 
 void worker_unpark(struct worker *w)
 {
-	/* seq_cst exchange: a parker sets the word to 1 before its last look
-	 * at its inbox; see worker_park. */
+	/*
+	 * The caller published work for `w` (its inbox, the STOPPING state)
+	 * with a plain release; the parker stores 1 and then reads the inbox
+	 * (worker_park_set).  That is a store-buffer (Dekker) pair: each side
+	 * writes one word and reads the other, and on a weakly ordered CPU
+	 * both reads can miss the other's write unless both sides are seq_cst
+	 * or fenced.  This fence orders the publication before the exchange
+	 * and pairs with the one in worker_park_set: either the exchange sees
+	 * 1 and wakes the parker, or the parker's look sees the work.
+	 */
+	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_exchange(&w->park_word, 0) == 1)
 		syscall(SYS_futex, &w->park_word, FUTEX_WAKE_PRIVATE, 1, NULL,
 		        NULL, 0);
+}
+
+void (*worker_push_remote_hook)(void);
+
+void worker_push_remote(struct worker *home, rok_task *t)
+{
+	/*
+	 * A guest may take `t`, finish and free its struct (rok_block_on
+	 * returns) as soon as the push is visible, while we still write the
+	 * inbox's depth and park_word.  So a guest counts its wakers in flight
+	 * and waits for none to be left before it is freed.  The struct is
+	 * alive here: `t` is unfinished and homed at it, and a guest does not
+	 * leave before its pinned tasks have finished.  Relaxed increment: the
+	 * release CAS of the push publishes it to the guest's acquire take.
+	 * Pool workers and helpers are freed only at stop: no count.
+	 */
+	bool guest = home->guest;
+
+	if (guest)
+		atomic_fetch_add_explicit(&home->wakers, 1,
+		                          memory_order_relaxed);
+	injector_push(&home->inbox, t);
+	if (worker_push_remote_hook != NULL)
+		worker_push_remote_hook();
+	worker_unpark(home);
+	if (guest)
+		/* Release: our accesses to *home come before its free; pairs
+		 * with the acquire in worker_guest_quiesce. */
+		atomic_fetch_sub_explicit(&home->wakers, 1,
+		                          memory_order_release);
+}
+
+void worker_guest_quiesce(struct worker *w)
+{
+	/* A waker's window is a few instructions (or a preemption): yield. */
+	while (atomic_load_explicit(&w->wakers, memory_order_acquire) != 0)
+		sched_yield();
 }
 
 void executor_notify(void)
@@ -236,6 +288,32 @@ static rok_task *worker_steal_from_pool(struct worker *w)
 		worker_count(&w->steals);
 		return buf[0];
 	}
+	for (unsigned i = 0; i < n; i++) {
+		unsigned v = (start + i) % n;
+		struct worker *victim = v < pool
+		        ? atomic_load_explicit(&executor.workers[v],
+		                               memory_order_relaxed)
+		        : executor.helpers[v - pool];
+		rok_task *t;
+		/* Relaxed: the marks are hints; a poll that just ended lets
+		 * the owner and us race for the slot, and the exchange
+		 * settles it.  The mark is odd (in a poll), never 0. */
+		if (victim == w ||
+		    atomic_load_explicit(&victim->long_poll,
+		                         memory_order_relaxed) !=
+		            (atomic_load_explicit(&victim->poll_seq,
+		                                  memory_order_relaxed) | 1) ||
+		    atomic_load_explicit(&victim->lifo,
+		                         memory_order_relaxed) == NULL)
+			continue;
+		/* Acquire: pairs with the acq_rel exchange that filled it. */
+		t = atomic_exchange_explicit(&victim->lifo, NULL,
+		                             memory_order_acquire);
+		if (t != NULL) {
+			worker_count(&w->steals);
+			return t;
+		}
+	}
 	return NULL;
 }
 
@@ -277,6 +355,26 @@ static bool worker_stopping(void)
 {
 	return atomic_load_explicit(&executor.state, memory_order_relaxed) ==
 	       EXECUTOR_STOPPING;
+}
+
+/*
+ * Announces that `w` is about to sleep (park_word = 1) and takes a last look
+ * at its inbox and the stop flag; false (word back at 0) if there is a
+ * reason not to sleep.  The fence after the store pairs with the fence in
+ * worker_unpark: the inbox read below is relaxed, and without the fence a
+ * weakly ordered CPU may perform it before the store is visible, while the
+ * waker's exchange still reads 0 -- both would miss, and the wake-up would
+ * be lost.
+ */
+static bool worker_park_set(struct worker *w)
+{
+	atomic_store(&w->park_word, 1);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!injector_is_empty(&w->inbox) || worker_stopping()) {
+		atomic_store(&w->park_word, 0);
+		return false;
+	}
+	return true;
 }
 
 /*
@@ -337,17 +435,14 @@ static void worker_park(struct worker *w)
 	if (worker_fire_timers(w) || worker_spin(w))
 		return;
 	/* Set before the worker shows up as a sleeper, so an unpark that
-	 * picks it finds 1 and issues the futex wake. */
-	atomic_store(&w->park_word, 1);
+	 * picks it finds 1 and issues the futex wake.  The inbox is only
+	 * announced by worker_unpark, which saw 0 if it ran before the store:
+	 * worker_park_set looks once more. */
+	(void)worker_park_set(w);   /* worker_sleep reads the word */
 	bool last = idle_park(&executor.idle, w->index, w->searching);
 	w->searching = false;
 	if (last && worker_any_work())
 		executor_notify();
-	/* The inbox is only announced by worker_unpark, which saw 0 if it ran
-	 * before the store above: look once more (seq_cst pairs with its
-	 * exchange). */
-	if (!injector_is_empty(&w->inbox) || worker_stopping())
-		atomic_store(&w->park_word, 0);
 	worker_count(&w->parks);
 	worker_sleep(w);
 	if (!idle_unpark_self(&executor.idle, w->index))
@@ -433,11 +528,8 @@ static void worker_helper_nap(struct worker *h)
 	int64_t d = next - rok_now();
 	if (d <= 0)
 		return;
-	atomic_store(&h->park_word, 1);
-	if (!injector_is_empty(&h->inbox) || worker_stopping()) {
-		atomic_store(&h->park_word, 0);
+	if (!worker_park_set(h))
 		return;
-	}
 	ts.tv_sec = d / 1000000000;
 	ts.tv_nsec = d % 1000000000;
 	syscall(SYS_futex, &h->park_word, FUTEX_WAIT_PRIVATE, 1, &ts, NULL, 0);
@@ -498,9 +590,7 @@ void worker_run_guest(struct worker *w, rok_task *root)
 		}
 		if (worker_fire_timers(w))
 			continue;
-		atomic_store(&w->park_word, 1);
-		if (!injector_is_empty(&w->inbox))
-			atomic_store(&w->park_word, 0);
+		(void)worker_park_set(w);   /* worker_sleep reads the word */
 		worker_sleep(w);
 	}
 }

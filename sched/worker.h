@@ -25,9 +25,14 @@ struct worker {
 	_Atomic int64_t regs;               /* registrations delta */
 	_Atomic uint32_t poll_seq;          /* odd while inside a poll */
 	_Atomic(rok_task *) lifo;           /* most recently woken task; a
-	                                       helper may take it (monitor.c) */
+	                                       helper may take it (monitor.c),
+	                                       a thief during a long poll */
+	_Atomic uint32_t long_poll;         /* poll_seq of a poll the monitor
+	                                       saw at two looks (monitor.c) */
 	_Atomic unsigned pinned_live;       /* unfinished spawn_local tasks
 	                                       homed here; owner writes */
+	_Atomic unsigned wakers;            /* guest: worker_push_remote calls
+	                                       still touching this struct */
 	struct timer_wheel timers;          /* sleeps of tasks run here */
 
 	/* Owner thread only. */
@@ -82,6 +87,24 @@ void worker_run_guest(struct worker *w, rok_task *root);
 /* Queues `t` on the calling thread's worker `w` (owner only).  from_self: the
  * task re-queues itself (a yield), so it goes to the back, never LIFO. */
 void worker_push_local(struct worker *w, rok_task *t, bool from_self);
+
+/*
+ * Queues `t`, pinned to `home`, in home's inbox and wakes home.  Any
+ * thread.  A guest's struct stays alive until this returns (see
+ * worker_guest_quiesce).
+ */
+void worker_push_remote(struct worker *home, rok_task *t);
+
+/*
+ * Test seam: called by worker_push_remote between the push and the wake-up,
+ * so that a test can hold a waker in that window.  NULL unless a test sets
+ * it.
+ */
+extern void (*worker_push_remote_hook)(void);
+
+/* The calling guest leaves: waits until no worker_push_remote is still
+ * touching `w`, after which `w` may be freed. */
+void worker_guest_quiesce(struct worker *w);
 
 /* Wakes `w` if it is parked.  Any thread. */
 void worker_unpark(struct worker *w);

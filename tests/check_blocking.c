@@ -428,6 +428,74 @@ START_TEST(cancelled_awaiter)
 }
 END_TEST
 
+/*
+ * The job ends after the awaiter was cancelled but before its re-poll: the
+ * awaiter still leaves at its join and the value is discarded (A5, A11).
+ * One worker, held by a task that spins (runnable, so never handed off)
+ * until the job has finished, so the re-poll comes after both.
+ */
+static _Atomic int hog_on, hog_release, canceller_body_after;
+
+static rok_poll hog_poll(rok_cx *cx, void *frame)
+{
+	(void)frame;
+	ROK_BEGIN(cx);
+	atomic_store(&hog_on, 1);
+	while (!atomic_load(&hog_release))
+		sched_yield();
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+static rok_poll counting_canceller_poll(rok_cx *cx, void *frame)
+{
+	struct canceller *f = frame;
+
+	ROK_BEGIN(cx);
+	if (rok_spawn_blocking(&f->job, slow_fn, (void *)5) < 0)
+		ROK_RETURN(cx, -1);
+	ROK_AWAIT(cx, rok_join(cx, &f->join, f->job, &f->v));
+	atomic_fetch_add(&canceller_body_after, 1);
+	ROK_RETURN(cx, f->v);
+	ROK_CLEANUP(cx);
+	rok_task_unref(f->job);
+	ROK_END(cx);
+}
+
+START_TEST(cancelled_awaiter_job_ends_first)
+{
+	struct canceller c = { 0 };
+	rok_task *t;
+	void *v = (void *)1;
+
+	test_workers(1);
+	held_init();
+	ck_assert_int_eq(sem_init(&done, 0, 0), 0);
+	int64_t base = rok_registrations();
+	ck_assert_int_eq(rok_spawn(&t, counting_canceller_poll, &c,
+	                           sizeof(c)), 0);
+	sem_take(&started);
+	while (rok_registrations() == base)
+		sched_yield();   /* the awaiter is linked to the job */
+	ck_assert_int_eq(rok_spawn(NULL, hog_poll, NULL, 0), 0);
+	while (!atomic_load(&hog_on))
+		sched_yield();
+	rok_task_cancel(t);   /* queued behind the hog */
+	sem_post(&release);
+	sem_take(&done);
+	while (rok_registrations() != base)
+		sched_yield();   /* the job completed and woke its joiner */
+	atomic_store(&hog_release, 1);
+	ck_assert_int_eq(rok_task_wait(t, &v), -ECANCELED);
+	ck_assert_ptr_null(v);
+	ck_assert_int_eq(atomic_load(&canceller_body_after), 0);
+	ck_assert_int_eq(atomic_load(&side_effect), 1);
+	rok_task_unref(t);
+	ck_assert_int_eq(rok_stop(), 0);
+	sem_destroy(&done);
+}
+END_TEST
+
 /* Cancelling the handle itself does not stop fn, nor drop its value. */
 START_TEST(cancelled_handle)
 {
@@ -862,6 +930,8 @@ static Suite *blocking_suite(void)
 		{ "idle_threads_exit", idle_threads_exit },
 		{ "limits_from_the_environment", limits_from_the_environment },
 		{ "cancelled_awaiter", cancelled_awaiter },
+		{ "cancelled_awaiter_job_ends_first",
+		  cancelled_awaiter_job_ends_first },
 		{ "cancelled_handle", cancelled_handle },
 		{ "thread_spawn", thread_spawn },
 		{ "stress_many_spawners", stress_many_spawners },

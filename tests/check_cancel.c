@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "rok/combine.h"
 #include "testutil.h"
 
 static _Atomic int cleanups;
@@ -421,6 +422,109 @@ START_TEST(drop_handle_does_not_cancel)
 }
 END_TEST
 
+/*
+ * A join of a task that ended without a result (A11): rok_join_err gets
+ * -ECANCELED and goes on; the plain rok_join (and rok_join_all without
+ * errs, and a plain join inside a future) does not go on with a NULL value:
+ * the awaiter leaves at that await, runs its cleanup and ends without a
+ * result in turn.
+ */
+enum { JC_PLAIN, JC_ERR, JC_ALL, JC_FUTURE, JC_N };
+
+static _Atomic int jc_after[JC_N], jc_cleanups[JC_N];
+
+struct jc_inner {
+	rok_task *target;
+	void *v;
+	rok_join_op join;
+};
+
+static rok_poll jc_inner_poll(rok_cx *cx, void *frame)
+{
+	struct jc_inner *f = frame;
+
+	ROK_BEGIN(cx);
+	ROK_AWAIT(cx, rok_join(cx, &f->join, f->target, &f->v));
+	ROK_RETURN(cx, 1);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+struct jc {
+	int kind;
+	rok_task *target;
+	void *v;
+	int err;
+	rok_join_op join;
+	rok_join_all_op all;
+	struct jc_inner inner;
+	rok_future fut;
+};
+
+static rok_poll jc_poll(rok_cx *cx, void *frame)
+{
+	struct jc *f = frame;
+
+	ROK_BEGIN(cx);
+	atomic_fetch_add(&started, 1);
+	/* An if chain: the await macros are case labels of their own. */
+	if (f->kind == JC_PLAIN) {
+		ROK_AWAIT(cx, rok_join(cx, &f->join, f->target, &f->v));
+	} else if (f->kind == JC_ERR) {
+		ROK_AWAIT(cx, rok_join_err(cx, &f->join, f->target, &f->v,
+		                           &f->err));
+	} else if (f->kind == JC_ALL) {
+		ROK_AWAIT(cx, rok_join_all(cx, &f->all, &f->target, 1, &f->v,
+		                           NULL));
+	} else {
+		f->inner.target = f->target;
+		rok_future_init(&f->fut, jc_inner_poll, &f->inner);
+		ROK_AWAIT(cx, rok_future_await(cx, &f->fut, &f->v));
+	}
+	atomic_fetch_add(&jc_after[f->kind], 1);
+	ROK_RETURN(cx, f->err);
+	ROK_CLEANUP(cx);
+	atomic_fetch_add(&jc_cleanups[f->kind], 1);
+	ROK_END(cx);
+}
+
+START_TEST(join_of_cancelled)
+{
+	rok_chan *ch;
+	rok_task *target, *j[JC_N];
+	void *v;
+
+	ck_assert_int_eq(rok_chan_new(&ch, 1), 0);
+	int64_t base = rok_registrations() + 1 + JC_N;
+	struct waiter w = { .ch = ch };
+	ck_assert_int_eq(rok_spawn(&target, waiter_poll, &w, sizeof(w)), 0);
+	for (int k = 0; k < JC_N; k++) {
+		struct jc f = { .kind = k, .target = target };
+		ck_assert_int_eq(rok_spawn(&j[k], jc_poll, &f, sizeof(f)), 0);
+	}
+	while (rok_registrations() < base)
+		sched_yield();   /* the target and every joiner are linked */
+	rok_task_cancel(target);
+	ck_assert_int_eq(rok_task_wait(target, NULL), -ECANCELED);
+
+	ck_assert_int_eq(rok_task_wait(j[JC_ERR], &v), 0);
+	ck_assert_int_eq((intptr_t)v, -ECANCELED);
+	ck_assert_int_eq(atomic_load(&jc_after[JC_ERR]), 1);
+	for (int k = 0; k < JC_N; k++) {
+		if (k != JC_ERR) {
+			ck_assert_int_eq(rok_task_wait(j[k], &v), -ECANCELED);
+			ck_assert_msg(atomic_load(&jc_after[k]) == 0,
+			              "joiner %d went on past its join", k);
+			ck_assert(!rok_task_is_cancelled(j[k]));
+		}
+		ck_assert_int_eq(atomic_load(&jc_cleanups[k]), 1);
+		rok_task_unref(j[k]);
+	}
+	rok_task_unref(target);
+	rok_chan_free(ch, NULL);
+}
+END_TEST
+
 static Suite *cancel_suite(void)
 {
 	const struct test_case cases[] = {
@@ -433,6 +537,7 @@ static Suite *cancel_suite(void)
 		{ "future_value", future_value },
 		{ "races_completion", cancel_races_completion },
 		{ "drop_handle", drop_handle_does_not_cancel },
+		{ "join_of_cancelled", join_of_cancelled },
 	};
 
 	return TEST_SUITE("cancel", cases, 30);

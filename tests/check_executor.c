@@ -37,6 +37,10 @@
  *              ref/unref balance; is_finished goes from false to true.
  * million:     10^6 spawns joined by one task, 4 x 10^5 spawned and waited
  *              by foreign threads at the same time; every value checked.
+ * guest_waker: block_on does not free its guest worker while the waker
+ *              that queued its root is still unparking it.
+ * park_wake:   5 x 10^4 wake-ups through a guest's and (thread-per-core)
+ *              pool workers' inboxes, none lost.
  *
  * Each test runs in its own forked process, so it sets ROK_WORKERS before
  * the runtime starts.  Tasks and helper threads never call ck_assert
@@ -59,7 +63,9 @@
 #include <unistd.h>
 
 #include "frame.h"      /* frame_bytes(): the leak check of "handles" */
+#include "task.h"       /* the state word: "guest_waker" waits for a park */
 #include "testutil.h"
+#include "worker.h"     /* worker_push_remote_hook: "guest_waker" */
 
 /* Asserting costs a pipe write per success in fork mode: loops test first. */
 #define CEXEC_REQUIRE(cond, ...)                                             \
@@ -1452,6 +1458,160 @@ END_TEST
 
 /* ---- suite ------------------------------------------------------------ */
 
+/*
+ * guest_waker: rok_block_on does not free its guest worker while a waker
+ * is still inside worker_push_remote (writing the inbox depth, unparking).
+ * The root joins a pool task that ends only once the root is parked, so the
+ * root is woken through the guest's inbox, while a pinned task keeps the
+ * guest busy; the seam holds that waker after its push and watches whether
+ * rok_block_on returns meanwhile.  It must
+ * not, so the hold ends on a deadline (the only wait here that is one).
+ */
+static _Atomic bool cexec_gw_armed, cexec_gw_in_hook, cexec_gw_returned;
+static _Atomic bool cexec_gw_hook_done, cexec_gw_returned_in_hook;
+
+static void cexec_gw_hook(void)
+{
+	if (!atomic_exchange(&cexec_gw_armed, false))
+		return;
+	atomic_store(&cexec_gw_in_hook, true);
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		sched_yield();
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (!atomic_load(&cexec_gw_returned) &&
+	         (t.tv_sec - t0.tv_sec) * 1000 +
+	                 (t.tv_nsec - t0.tv_nsec) / 1000000 < 300);
+	atomic_store(&cexec_gw_returned_in_hook,
+	             atomic_load(&cexec_gw_returned));
+	atomic_store(&cexec_gw_hook_done, true);
+}
+
+struct cexec_gw_child {
+	rok_task *root;   /* borrowed: it joins us */
+};
+
+static rok_poll cexec_gw_child_poll(rok_cx *cx, void *frame)
+{
+	struct cexec_gw_child *f = frame;
+
+	ROK_BEGIN(cx);
+	/* End only after the root's poll ended with its join linked. */
+	while (atomic_load(&f->root->state) & TASK_RUNNING)
+		ROK_YIELD(cx);
+	atomic_store(&cexec_gw_armed, true);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+/* Keeps the guest awake (polling, not parked) until the waker is held, so
+ * that it sees the push at once, as a busy guest would. */
+static rok_poll cexec_gw_local_poll(rok_cx *cx, void *frame)
+{
+	(void)frame;
+	ROK_BEGIN(cx);
+	while (!atomic_load(&cexec_gw_in_hook))
+		ROK_YIELD(cx);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+struct cexec_gw_root {
+	rok_task *child;
+	rok_join_op join;
+};
+
+static rok_poll cexec_gw_root_poll(rok_cx *cx, void *frame)
+{
+	struct cexec_gw_root *f = frame;
+	struct cexec_gw_child c = { .root = cx->task };
+
+	ROK_BEGIN(cx);
+	if (rok_spawn_local(NULL, cexec_gw_local_poll, NULL, 0) < 0 ||
+	    rok_spawn(&f->child, cexec_gw_child_poll, &c, sizeof(c)) < 0)
+		ROK_RETURN(cx, -1);
+	ROK_AWAIT(cx, rok_join(cx, &f->join, f->child, NULL));
+	ROK_RETURN(cx, 1);
+	ROK_CLEANUP(cx);
+	rok_task_unref(f->child);
+	ROK_END(cx);
+}
+
+START_TEST(test_executor_guest_waker)
+{
+	struct cexec_gw_root r = { 0 };
+	void *v = NULL;
+
+	test_workers(1);
+	worker_push_remote_hook = cexec_gw_hook;
+	ck_assert_int_eq(rok_block_on(cexec_gw_root_poll, &r, sizeof(r), &v),
+	                 0);
+	atomic_store(&cexec_gw_returned, true);
+	ck_assert_ptr_eq(v, (void *)1);
+	while (!atomic_load(&cexec_gw_hook_done))
+		sched_yield();
+	ck_assert_msg(!atomic_load(&cexec_gw_returned_in_hook),
+	              "rok_block_on returned (and freed its worker) while a "
+	              "waker was still inside worker_push_remote");
+	ck_assert_int_eq(rok_stop(), 0);
+}
+END_TEST
+
+/*
+ * park_wake: many wake-ups through inboxes (a guest's, and the pool
+ * workers' in thread-per-core mode, where a guest's spawns go to a pool
+ * worker's inbox), each racing with its receiver's park.  A lost wake-up
+ * leaves the root or a child parked for good: the tcase times out.  _i = 1
+ * runs thread-per-core.
+ */
+struct cexec_pw_root {
+	long i, n;
+	rok_task *child;
+	rok_join_op join;
+};
+
+static rok_poll cexec_pw_child_poll(rok_cx *cx, void *frame)
+{
+	(void)frame;
+	ROK_BEGIN(cx);
+	ROK_RETURN(cx, 1);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+static rok_poll cexec_pw_root_poll(rok_cx *cx, void *frame)
+{
+	struct cexec_pw_root *f = frame;
+
+	ROK_BEGIN(cx);
+	for (f->i = 0; f->i < f->n; f->i++) {
+		if (rok_spawn(&f->child, cexec_pw_child_poll, NULL, 0) < 0)
+			ROK_RETURN(cx, -1);
+		ROK_AWAIT(cx, rok_join(cx, &f->join, f->child, NULL));
+		rok_task_unref(f->child);
+		f->child = NULL;
+	}
+	ROK_RETURN(cx, f->i);
+	ROK_CLEANUP(cx);
+	rok_task_unref(f->child);
+	ROK_END(cx);
+}
+
+START_TEST(test_executor_park_wake)
+{
+	struct cexec_pw_root r = { .n = test_scale(50000) };
+	void *v = NULL;
+
+	test_workers(2);
+	setenv("ROK_THREAD_PER_CORE", _i ? "1" : "0", 1);
+	ck_assert_int_eq(rok_block_on(cexec_pw_root_poll, &r, sizeof(r), &v),
+	                 0);
+	ck_assert_int_eq((long)(intptr_t)v, r.n);
+	ck_assert_int_eq(rok_stop(), 0);
+}
+END_TEST
+
 static Suite *cexec_suite(void)
 {
 	Suite *s = suite_create("executor");
@@ -1476,6 +1636,8 @@ static Suite *cexec_suite(void)
 	test_add(s, "steal", test_executor_steal, 0, 30);
 	test_add(s, "handles", test_executor_handles, 0, 30);
 	test_add(s, "million", test_executor_million, 0, 30);
+	test_add(s, "guest_waker", test_executor_guest_waker, 0, 30);
+	test_add(s, "park_wake", test_executor_park_wake, 2, 60);
 	return s;
 }
 

@@ -17,6 +17,10 @@
  *   other ready task.  (A run during which the monitor lent the worker's
  *   queue to a helper thread is repeated: two threads make another order.)
  *
+ * lifo_long_poll: a task spawned into the LIFO slot by a task that then
+ *   polls for long (computing, not blocked: no hand-off) runs on the other,
+ *   idle worker; the long poll ends only once it has.
+ *
  * yielder and flood run with 1 and 2 workers, each with the LIFO slot on
  * and off (ROK_LIFO=0); remote_wakeup with 1 and 2 workers; yield_order
  * with 2 and 3 tasks, the LIFO slot on and off.  Tasks never
@@ -460,6 +464,51 @@ END_TEST
 
 /* ---- suite ------------------------------------------------------------ */
 
+/* ---- lifo_long_poll --------------------------------------------------- */
+
+static _Atomic int check_fairness_lifo_ran;
+
+static rok_poll check_fairness_lifo_child_poll(rok_cx *cx, void *frame)
+{
+	(void)frame;
+	ROK_BEGIN(cx);
+	atomic_store(&check_fairness_lifo_ran, 1);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+/* Spawns a child (into this worker's LIFO slot) and then, in the same
+ * poll, waits for it: only another worker can run it. */
+static rok_poll check_fairness_lifo_parent_poll(rok_cx *cx, void *frame)
+{
+	(void)frame;
+	ROK_BEGIN(cx);
+	if (rok_spawn(NULL, check_fairness_lifo_child_poll, NULL, 0) < 0)
+		check_fairness_surprise();
+	else
+		while (!atomic_load(&check_fairness_lifo_ran))
+			sched_yield();   /* runnable: not a blocked worker */
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+START_TEST(test_fairness_lifo_long_poll)
+{
+	rok_task *t;
+
+	atomic_store(&check_fairness_bad, 0);
+	test_workers(2);
+	setenv("ROK_LIFO", "1", 1);
+	ck_assert_int_eq(rok_spawn(&t, check_fairness_lifo_parent_poll, NULL,
+	                           0), 0);
+	ck_assert_int_eq(rok_task_wait(t, NULL), 0);
+	ck_assert_int_eq(atomic_load(&check_fairness_lifo_ran), 1);
+	ck_assert_uint_eq(atomic_load(&check_fairness_bad), 0);
+	rok_task_unref(t);
+	ck_assert_int_eq(rok_stop(), 0);
+}
+END_TEST
+
 static Suite *check_fairness_suite(void)
 {
 	Suite *s = suite_create("fairness");
@@ -468,6 +517,7 @@ static Suite *check_fairness_suite(void)
 	test_add(s, "flood", test_fairness_flood, 4, 30);
 	test_add(s, "remote_wakeup", test_fairness_remote_wakeup, 2, 30);
 	test_add(s, "yield_order", test_fairness_yield_order, 4, 30);
+	test_add(s, "lifo_long_poll", test_fairness_lifo_long_poll, 0, 30);
 	return s;
 }
 

@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
+#include "monitor.h"
 #include "testutil.h"
 
 static _Atomic long done;
@@ -270,6 +271,66 @@ START_TEST(stop_with_helper)
 }
 END_TEST
 
+/*
+ * The monitor's wake-up is not lost: a worker that wakes (and pokes) after
+ * the monitor's last look at an idle pool, but before it sleeps, must still
+ * wake it, or no hand-off ever happens again.  The hook runs in that window
+ * and wakes the worker by spawning a task it waits for.
+ */
+static _Atomic int woke;
+
+static rok_poll wake_poll(rok_cx *cx, void *frame)
+{
+	(void)frame;
+	ROK_BEGIN(cx);
+	atomic_store(&woke, 1);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+static void wake_in_window(void)
+{
+	static bool once;
+
+	if (once)
+		return;
+	once = true;
+	/* The worker that runs the task has left its park, poke included. */
+	ck_assert_int_eq(rok_spawn(NULL, wake_poll, NULL, 0), 0);
+	while (!atomic_load(&woke))
+		sched_yield();
+}
+
+START_TEST(monitor_wakes_after_late_poke)
+{
+	int fds[2];
+	rok_task *b;
+
+	test_workers(1);
+	monitor_sleep_hook = wake_in_window;
+	ck_assert_int_eq(rok_start(), 0);
+	while (!atomic_load(&woke))
+		sched_yield();
+	/* Without the poke's wake-up the monitor sleeps for good and this
+	 * blocker stalls the count task behind it until the tcase times
+	 * out. */
+	ck_assert_int_eq(pipe(fds), 0);
+	struct blocker f = { .fd = fds[0] };
+	ck_assert_int_eq(rok_spawn(&b, blocker_poll, &f, sizeof(f)), 0);
+	while (atomic_load(&blocked) < 1)
+		sched_yield();
+	ck_assert_int_eq(rok_spawn(NULL, count_poll, NULL, 0), 0);
+	while (atomic_load(&done) < 1)
+		sched_yield();   /* ran on a helper */
+	ck_assert_int_eq(write(fds[1], "x", 1), 1);
+	ck_assert_int_eq(rok_task_wait(b, NULL), 0);
+	rok_task_unref(b);
+	ck_assert_int_eq(rok_stop(), 0);
+	close(fds[0]);
+	close(fds[1]);
+}
+END_TEST
+
 static Suite *handoff_suite(void)
 {
 	const struct test_case cases[] = {
@@ -277,6 +338,7 @@ static Suite *handoff_suite(void)
 		{ "stuck_timers", stuck_worker_timers_fire },
 		{ "pinned_not_handed_off", pinned_worker_not_handed_off },
 		{ "stop_with_helper", stop_with_helper },
+		{ "monitor_late_poke", monitor_wakes_after_late_poke },
 	};
 
 	return TEST_SUITE("handoff", cases, 30);

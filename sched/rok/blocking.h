@@ -22,7 +22,8 @@
  * rok_task_is_finished and rok_task_id work on it, and its value is what fn
  * returned.  fn is never interrupted: cancelling the task that awaits it
  * lets fn run to its end, its side effects happen and its value is simply
- * not looked at (SPEC A5, A11).  A job has no cancellation point, so
+ * not looked at (SPEC A5, A11), even when fn ended between the cancel and
+ * the awaiter's next poll: the awaiter leaves at its join.  A job has no cancellation point, so
  * cancelling its handle only makes rok_task_is_cancelled true: it still
  * ends with fn's value, like a task cancelled after its last await.
  *

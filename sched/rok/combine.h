@@ -33,7 +33,9 @@ typedef struct rok_join_all_op {
 /*
  * Ready when all `n` tasks (borrowed) have finished.  results[i] gets task
  * i's value, or NULL when it ended without one; errs[i] gets 0 or
- * -ECANCELED (either array may be NULL).  The tasks are awaited one after another, so only
+ * -ECANCELED.  Either array may be NULL; without errs, each task is
+ * awaited as by rok_join (a task without a result ends the awaiting
+ * coroutine).  The tasks are awaited one after another, so only
  * one wake registration exists at a time; they run concurrently anyway.
  * Cancelling the awaiting task does not cancel them.  n == 0 is ready at
  * once.

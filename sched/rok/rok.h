@@ -312,8 +312,14 @@ typedef struct rok_join_op {
 
 /*
  * Ready when `t` (borrowed) has finished: *result gets its value, or *err
- * (if not NULL) gets -ECANCELED when it ended without one (then *result is
- * NULL).  Use ROK_AWAIT(cx, rok_join(...)).
+ * gets -ECANCELED (SPEC A11's CancellationError) when it ended without one
+ * (then *result is NULL).  Use ROK_AWAIT(cx, rok_join_err(...)).
+ *
+ * rok_join, without err, is the plain await: for a task that may end
+ * without a result (cancelled, or itself ended by such a join) it is a
+ * programming error, and the error is not lost: the awaiting coroutine
+ * leaves its body at that await, as if cancelled, and its task ends
+ * without a result (its own joiners get -ECANCELED).
  */
 rok_poll rok_join_err(rok_cx *cx, rok_join_op *op, rok_task *t, void **result,
                       int *err);

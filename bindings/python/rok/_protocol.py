@@ -14,7 +14,13 @@ import stat
 import struct
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from . import rok_pb2 as pb
+try:
+    from . import rok_pb2 as pb
+except ImportError as e:  # pragma: no cover (an uninstalled source tree)
+    raise ImportError(
+        "rok.rok_pb2 is generated from proto/rok.proto when the package is "
+        "built: install it (pip install --no-build-isolation "
+        "./bindings/python) rather than importing the source tree") from e
 from ._errors import ConnectionError, Error, InvalidArgument, error_from_code
 from ._types import Result, Seconds, ServerInfo, Spec, State, StrOrBytes
 
@@ -396,31 +402,32 @@ def _kind_text(b: bytes) -> str:
     return t
 
 
-def _time(us: int) -> Optional[float]:
-    return us / 1e6 if us else None
-
-
 def result(info: "pb.TaskInfo") -> Result:
     """A :class:`rok.Result` from a ``TaskInfo``; raises the task's own
-    error (``NotFound``, ``PermissionDenied``) if it carries one."""
-    if info.error.code != pb.OK:
+    error (``NotFound``, ``PermissionDenied``) if it carries one.  (Every
+    field read from a protobuf message costs: each is read once.)"""
+    if info.HasField("error") and info.error.code != pb.OK:
         raise error_from_code(info.error.code,
                               f"task {info.id}: {text(info.error.message)}")
+    spawned, started, finished = (info.spawned_us, info.started_us,
+                                  info.finished_us)
+    reason = info.reason
+    args = info.args
     return Result(
-        id=info.id,
-        state=_STATES.get(info.state, State.UNSPECIFIED),
-        kind=_kind_text(info.kind),
-        exit_code=info.exit_code if info.has_exit_code else None,
-        signal=info.signal if info.has_signal else None,
-        value=info.value,
-        reason=text(info.reason),
-        spawned_at=_time(info.spawned_us),
-        started_at=_time(info.started_us),
-        finished_at=_time(info.finished_us),
-        uid=info.uid,
-        args=tuple(info.args),
-        output_truncated=info.output_truncated,
-        retries=info.retries,
+        info.id,
+        _STATES.get(info.state, State.UNSPECIFIED),
+        _kind_text(info.kind),
+        info.exit_code if info.has_exit_code else None,
+        info.signal if info.has_signal else None,
+        info.value,
+        text(reason) if reason else "",
+        spawned / 1e6 if spawned else None,
+        started / 1e6 if started else None,
+        finished / 1e6 if finished else None,
+        info.uid,
+        tuple(args) if args else (),
+        info.output_truncated,
+        info.retries,
     )
 
 

@@ -6,6 +6,7 @@ missing rokd is an error, never a skip: a run that tests nothing must not
 pass.  Readiness is polled on the socket; nothing sleeps to synchronise.
 """
 
+import faulthandler
 import os
 import shutil
 import signal
@@ -42,6 +43,15 @@ def wait_until(cond: Callable[[], object], what: str,
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         time.sleep(0.005)
+
+
+@pytest.fixture(autouse=True)
+def no_hang():
+    """A test that hangs (a caller stuck on a dead daemon, say) ends the
+    run with every thread's traceback instead of hanging CI."""
+    faulthandler.dump_traceback_later(3 * WAIT, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 class Rokd:

@@ -1,6 +1,7 @@
-"""Build of the rok binding: setuptools, plus one step -- rok/rok_pb2.py is
-generated from the tree's proto/rok.proto by protoc whenever the package is
-built (it is never committed; see tests/test_proto.py).
+"""Build of the rok binding: setuptools, plus one step -- rok/rok_pb2.py
+(and its type stub rok_pb2.pyi) is generated from the tree's
+proto/rok.proto by protoc whenever the package is built (it is never
+committed; see tests/test_proto.py).
 
     PROTOC     the protoc to run (default: protoc on PATH)
     ROK_PROTO  the rok.proto to compile (default: ../../proto/rok.proto)
@@ -25,7 +26,7 @@ def proto_path() -> str:
 
 
 def generate(out_dir: str) -> None:
-    """Runs protoc on rok.proto into out_dir/rok_pb2.py."""
+    """Runs protoc on rok.proto into out_dir/rok_pb2.py and .pyi."""
     protoc = os.environ.get("PROTOC") or shutil.which("protoc")
     if not protoc:
         raise SystemExit("rok: protoc not found (Debian: apt-get install "
@@ -33,7 +34,8 @@ def generate(out_dir: str) -> None:
     proto = proto_path()
     os.makedirs(out_dir, exist_ok=True)
     subprocess.run([protoc, f"--proto_path={os.path.dirname(proto)}",
-                    f"--python_out={out_dir}", proto], check=True)
+                    f"--python_out={out_dir}", f"--pyi_out={out_dir}", proto],
+                   check=True)
 
 
 class BuildPy(build_py):
@@ -45,7 +47,8 @@ class BuildPy(build_py):
 
     def get_outputs(self, include_bytecode: bool = True):  # type: ignore
         outputs = super().get_outputs(include_bytecode)
-        return outputs + [os.path.join(self.build_lib, "rok", "rok_pb2.py")]
+        return outputs + [os.path.join(self.build_lib, "rok", f"rok_pb2.{x}")
+                          for x in ("py", "pyi")]
 
 
 setup(cmdclass={"build_py": BuildPy})

@@ -12,7 +12,7 @@ import datetime
 import os
 import stat
 import struct
-from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 try:
     from . import rok_pb2 as pb
@@ -254,7 +254,7 @@ def task_spec(spec: Spec) -> "pb.TaskSpec":
     if kind == "exec":
         if not spec.args:
             raise ValueError("an exec task needs an argv")
-        env = spec.env
+        env: Optional[Mapping[Any, Any]] = spec.env
         if env is None and not spec.clean_env:
             env = os.environb
         if env:

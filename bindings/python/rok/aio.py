@@ -368,6 +368,12 @@ class LogStream:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    def __del__(self) -> None:
+        # Left without aclose (a `break` out of `async for`): drop the
+        # rest of the stream rather than queue it forever.
+        if self._rid is not None:
+            self._conn.abandon_stream(self._rid)
+
 
 class Client:
     """A pipelined connection to rokd (see the module note); make one with

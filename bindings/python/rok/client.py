@@ -75,14 +75,22 @@ class _Conn:
         req.id = rid
         try:
             frame = P.encode(req, self.max_frame)
-            with self._send_lock:
-                self._sock.sendall(frame)
-        except OSError as e:
-            self.forget(rid)
-            self._break(f"sending to rokd: {e.strerror or e}")
-            raise ConnectionError(self._broken) from e
         except BaseException:
             self.forget(rid)
+            raise
+        try:
+            with self._send_lock:
+                self._sock.sendall(frame)
+        except BaseException as e:
+            # Part of the frame may have left (an error, or an exception
+            # such as KeyboardInterrupt in the middle of sendall): the
+            # stream cannot be trusted any more.
+            self.forget(rid)
+            why = e.strerror if isinstance(e, OSError) else repr(e)
+            why = f"sending to rokd: {why or e}"
+            self._break(why)
+            if isinstance(e, OSError):
+                raise ConnectionError(why) from e
             raise
         return rid
 
@@ -94,7 +102,9 @@ class _Conn:
         while True:
             with self._cond:
                 while True:
-                    q = self._queues[rid]
+                    q = self._queues.get(rid)
+                    if q is None:
+                        raise Error(f"request {rid} was abandoned")
                     if q:
                         return q.popleft()
                     if self._broken is not None:

@@ -17,28 +17,31 @@ from conftest import TOP
 PROTO = os.path.join(TOP, "proto", "rok.proto")
 
 
-def protoc_output(tmp_path) -> bytes:
+def protoc_output(tmp_path, ext="py") -> bytes:
     protoc = os.environ.get("PROTOC") or shutil.which("protoc")
     assert protoc, "protoc is needed (Debian: protobuf-compiler)"
     subprocess.run([protoc, f"--proto_path={os.path.dirname(PROTO)}",
-                    f"--python_out={tmp_path}", PROTO], check=True)
-    with open(tmp_path / "rok_pb2.py", "rb") as f:
+                    f"--python_out={tmp_path}", f"--pyi_out={tmp_path}",
+                    PROTO], check=True)
+    with open(tmp_path / f"rok_pb2.{ext}", "rb") as f:
         return f.read()
 
 
-def test_generated_module_is_protocs_output(tmp_path):
-    """The module in use is exactly what protoc makes of the tree's
-    rok.proto (a stale build, or an edited copy, fails here)."""
-    with open(pb.__file__, "rb") as f:
-        assert f.read() == protoc_output(tmp_path)
+@pytest.mark.parametrize("ext", ["py", "pyi"])
+def test_generated_module_is_protocs_output(tmp_path, ext):
+    """The module in use (and its stub) is exactly what protoc makes of the
+    tree's rok.proto: a stale build, or an edited copy, fails here."""
+    with open(os.path.splitext(pb.__file__)[0] + "." + ext, "rb") as f:
+        assert f.read() == protoc_output(tmp_path, ext)
 
 
-def test_checked_in_copy_if_any_matches(tmp_path):
-    copy = os.path.join(TOP, "bindings", "python", "rok", "rok_pb2.py")
+@pytest.mark.parametrize("ext", ["py", "pyi"])
+def test_checked_in_copy_if_any_matches(tmp_path, ext):
+    copy = os.path.join(TOP, "bindings", "python", "rok", f"rok_pb2.{ext}")
     if not os.path.exists(copy):
         return  # none checked in (the intended state): nothing can differ
     with open(copy, "rb") as f:
-        assert f.read() == protoc_output(tmp_path)
+        assert f.read() == protoc_output(tmp_path, ext)
 
 
 def frames(*resps):

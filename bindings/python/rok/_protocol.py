@@ -232,42 +232,60 @@ def _kind_bytes(kind: str) -> bytes:
     return b
 
 
-def task_spec(spec: Spec) -> "pb.TaskSpec":
-    """The ``TaskSpec`` message for ``spec`` (see :class:`Spec` for the
-    defaults of exec tasks).  Only fields that differ from the protocol's
-    defaults are set, in one constructor call: this is the hot path of
-    every spawn."""
-    kind = spec.kind or "exec"
+def task_spec(spec: Spec) -> dict:
+    """The fields of the ``TaskSpec`` message for ``spec``: see
+    :func:`spec_fields`."""
+    return spec_fields(spec.args, spec.kind, spec.timeout, spec.env,
+                       spec.clean_env, spec.cwd, spec.stdin, spec.retry,
+                       spec.kill_grace)
+
+
+def spec_fields(args: Sequence[StrOrBytes] = (), kind: str = "exec",
+                timeout: Optional[Seconds] = None,
+                env: Optional[Mapping[StrOrBytes, StrOrBytes]] = None,
+                clean_env: bool = False, cwd: Optional[StrOrBytes] = None,
+                stdin: Optional[bytes] = None, retry: int = 0,
+                kill_grace: Optional[Seconds] = None) -> dict:
+    """The fields of a ``TaskSpec`` message (see :class:`Spec` for the
+    defaults of exec tasks), as the dict the message constructors take.
+    Only fields that differ from the protocol's defaults are set, and the
+    whole request is then built in one constructor call: this is the hot
+    path of every spawn (nested message constructors copy each level,
+    which costs more than the rest together)."""
+    if isinstance(args, (str, bytes)):
+        raise TypeError("args must be a sequence of arguments, not one "
+                        "string (write [cmd] or shlex.split(cmd))")
+    kind = kind or "exec"
     kw: dict = {"kind": _kind_bytes(kind)}
-    if spec.args:
-        kw["args"] = [to_bytes(a) for a in spec.args]
-    if spec.timeout is not None:
-        kw["timeout_ms"] = to_ms(spec.timeout, "timeout")
-    if spec.kill_grace is not None:
-        kw["kill_grace_ms"] = to_ms(spec.kill_grace, "kill_grace")
-    if spec.retry:
-        if not 0 <= spec.retry <= _U32_MAX:
-            raise ValueError(f"retry: {spec.retry} is out of range")
-        kw["retry"] = spec.retry
-    if spec.stdin is not None:
-        kw["stdin"] = bytes(spec.stdin)
+    if args:
+        kw["args"] = [to_bytes(a) for a in args]
+    if timeout is not None:
+        kw["timeout_ms"] = to_ms(timeout, "timeout")
+    if kill_grace is not None:
+        kw["kill_grace_ms"] = to_ms(kill_grace, "kill_grace")
+    if retry:
+        if not 0 <= retry <= _U32_MAX:
+            raise ValueError(f"retry: {retry} is out of range")
+        kw["retry"] = retry
+    if stdin is not None:
+        kw["stdin"] = bytes(stdin)
     if kind == "exec":
-        if not spec.args:
+        if not args:
             raise ValueError("an exec task needs an argv")
-        env: Optional[Mapping[Any, Any]] = spec.env
-        if env is None and not spec.clean_env:
-            env = os.environb
-        if env:
+        environ: Optional[Mapping[Any, Any]] = env
+        if environ is None and not clean_env:
+            environ = os.environb
+        if environ:
             kw["env"] = [to_bytes(k) + b"=" + to_bytes(v)
-                         for k, v in env.items()]
-        if spec.clean_env:
+                         for k, v in environ.items()]
+        if clean_env:
             kw["clean_env"] = True
-        kw["cwd"] = to_bytes(spec.cwd) if spec.cwd is not None \
+        kw["cwd"] = to_bytes(cwd) if cwd is not None \
             else os.fsencode(os.getcwd())
-    elif spec.env is not None or spec.cwd is not None or spec.clean_env:
+    elif env is not None or cwd is not None or clean_env:
         raise ValueError(f"env, clean_env and cwd are for exec tasks, "
                          f"not {kind}")
-    return pb.TaskSpec(**kw)
+    return kw
 
 
 # ---- requests -------------------------------------------------------------
@@ -279,13 +297,12 @@ def hello(software: str) -> "pb.Request":
     return req
 
 
-def spawn(spec: Spec, wait: bool = False,
+def spawn(fields: dict, wait: bool = False,
           wait_timeout: Optional[Seconds] = None) -> "pb.Request":
+    """A spawn request; ``fields`` from :func:`spec_fields`."""
+    body = {"spec": fields, "wait": wait}
     if wait_timeout is not None:
-        body = pb.SpawnRequest(spec=task_spec(spec), wait=wait,
-                               wait_timeout_ms=to_ms(wait_timeout, "timeout"))
-    else:
-        body = pb.SpawnRequest(spec=task_spec(spec), wait=wait)
+        body["wait_timeout_ms"] = to_ms(wait_timeout, "timeout")
     return pb.Request(spawn=body)
 
 
@@ -310,8 +327,8 @@ def select(specs: Iterable[object],
     msgs = [task_spec(as_spec(s)) for s in specs]
     if not msgs:
         raise ValueError("no specs given")
-    return pb.Request(select=pb.SelectRequest(
-        specs=msgs, timeout_ms=to_ms(timeout, "timeout")))
+    return pb.Request(select={"specs": msgs,
+                              "timeout_ms": to_ms(timeout, "timeout")})
 
 
 def cancel(ids: List[int]) -> "pb.Request":
@@ -381,7 +398,7 @@ def text(b: bytes) -> str:
 def body(resp: "pb.Response", expect: str):  # -> the reply message
     """The reply body named ``expect``, or the error the daemon sent raised
     as the matching :class:`rok.Error` subclass."""
-    if resp.error.code != pb.OK:
+    if resp.HasField("error") and resp.error.code != pb.OK:
         raise error_from_code(resp.error.code, text(resp.error.message))
     which = resp.WhichOneof("body")
     if which != expect:

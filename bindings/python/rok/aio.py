@@ -227,7 +227,8 @@ class _Conn:
             return
         if rid in self._streams:
             q = self._streams[rid]
-            ended = resp.error.code != pb.OK or resp.logs.end
+            ended = (resp.HasField("error") and resp.error.code != pb.OK) \
+                or resp.logs.end
             if ended:
                 del self._streams[rid]
                 self._release()

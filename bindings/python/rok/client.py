@@ -29,7 +29,7 @@ from typing import (Deque, Dict, Iterable, Iterator, List, Mapping, Optional,
 from . import _protocol as P
 from . import rok_pb2 as pb
 from ._errors import ConnectionError, Error
-from ._types import LogChunk, Result, Seconds, ServerInfo, Spec, StrOrBytes
+from ._types import LogChunk, Result, Seconds, ServerInfo, StrOrBytes
 
 __version__ = "0.1.0"
 _SOFTWARE = f"rok-python {__version__}"
@@ -436,11 +436,12 @@ def _spec(args: Sequence[StrOrBytes], kind: str,
           env: Optional[Mapping[StrOrBytes, StrOrBytes]],
           cwd: Optional[StrOrBytes], stdin: Optional[bytes],
           clean_env: bool, retry: int, kill_grace: Optional[Seconds],
-          group: object, priority: object, after: object) -> Spec:
+          group: object, priority: object, after: object) -> dict:
+    """The TaskSpec fields of spawn's arguments (shared with rok.aio)."""
     if group is not None or priority is not None or after is not None:
         raise NotImplementedError(P.SCHEDULING_UNSUPPORTED)
-    return P.make_spec(args, kind, timeout, env, clean_env, cwd, stdin,
-                       retry, kill_grace)
+    return P.spec_fields(args, kind, timeout, env, clean_env, cwd, stdin,
+                         retry, kill_grace)
 
 
 def connect(socket: Optional[StrOrBytes] = None,

@@ -91,22 +91,25 @@ def test_durations():
         P.to_ms("5s", "t")
 
 
+def spec_msg(*args, **kw):
+    return pb.TaskSpec(**P.task_spec(P.make_spec(*args, **kw)))
+
+
 def test_spec_defaults_and_bytes():
-    spec = P.task_spec(P.make_spec([b"\xff", "a\udcfe"], cwd="/x",
-                                   env={b"K": b"\x80"}))
+    spec = spec_msg([b"\xff", "a\udcfe"], cwd="/x", env={b"K": b"\x80"})
     assert list(spec.args) == [b"\xff", b"a\xfe"]   # surrogateescape
     assert list(spec.env) == [b"K=\x80"] and spec.cwd == b"/x"
-    inherited = P.task_spec(P.make_spec(["true"]))
+    inherited = spec_msg(["true"])
     assert len(inherited.env) == len(os.environ)
     assert inherited.cwd == os.fsencode(os.getcwd())
-    clean = P.task_spec(P.make_spec(["true"], clean_env=True))
+    clean = spec_msg(["true"], clean_env=True)
     assert clean.clean_env and not clean.env
     with pytest.raises(TypeError):
         P.make_spec("ls -l")
     with pytest.raises(ValueError):
-        P.task_spec(P.make_spec([]))
+        spec_msg([])
     with pytest.raises(ValueError):
-        P.task_spec(P.make_spec(kind="noop", cwd="/"))
+        spec_msg(kind="noop", cwd="/")
 
 
 def test_result_conversion():

@@ -33,11 +33,22 @@ from typing import (Any, AsyncIterator, Deque, Dict, Generator,
 
 from . import _protocol as P
 from . import rok_pb2 as pb
-from ._errors import ConnectionError, Error
-from ._types import LogChunk, Result, Seconds, ServerInfo, StrOrBytes
+from ._errors import (Cancelled, ConnectionError, Error, Internal,
+                      InvalidArgument, NotFound, PermissionDenied,
+                      ResourceExhausted, TaskFailed, TimedOut, Unavailable)
+from ._types import (STDERR, STDOUT, LogChunk, Result, Seconds, ServerInfo,
+                     Spec, State, StrOrBytes)
 from .client import _SOFTWARE, _spec
 
-__all__ = ["connect", "Client", "Task", "LogStream"]
+# The data types and errors are rok's own, re-exported so that rok.aio
+# alone has every name.
+__all__ = [
+    "connect", "Client", "Task", "LogStream", "Result", "Spec", "State",
+    "ServerInfo", "LogChunk", "STDOUT", "STDERR",
+    "Error", "NotFound", "PermissionDenied", "InvalidArgument",
+    "ResourceExhausted", "TimedOut", "Cancelled", "Unavailable", "Internal",
+    "ConnectionError", "TaskFailed",
+]
 
 _READ_SIZE = 256 * 1024
 # Above this much unsent data, a caller waits for the socket to drain.

@@ -2,8 +2,8 @@
 logs, and a daemon that dies mid-call."""
 
 import os
+import shutil
 import subprocess
-import sys
 import threading
 
 import pytest
@@ -268,10 +268,14 @@ def test_permission_denied(make_rokd):
             f"    c.task({t.id}).status()\n"
             "except rok.PermissionDenied:\n"
             "    sys.exit(42)\n")
-    p = subprocess.run([sys.executable, "-c", code], user="nobody",
+    # The client runs as nobody, who may not reach this checkout or venv
+    # (under /root, say): give it a copy of the package in the daemon's
+    # world-readable directory, and Debian's python3 with python3-protobuf.
+    pkg = os.path.join(d.dir, "pkg")
+    shutil.copytree(os.path.dirname(rok.__file__), os.path.join(pkg, "rok"))
+    p = subprocess.run(["/usr/bin/python3", "-c", code], user="nobody",
                        group="nogroup", capture_output=True, cwd="/",
-                       env={"PYTHONPATH": os.pathsep.join(sys.path)},
-                       timeout=WAIT)
+                       env={"PYTHONPATH": pkg}, timeout=WAIT)
     assert p.returncode == 42, p.stderr.decode()
     with d.connect() as c:
         c.cancel([t])

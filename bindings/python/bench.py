@@ -15,7 +15,10 @@ so that a loaded machine hurts both sides alike:
   aio    pipelined noop throughput of rok.aio on one connection, D
          spawn-and-wait requests in flight; cpu_rate is tasks per second
          of the client's own CPU time (what it could do with a core to
-         itself, rokd keeping up).
+         itself, rokd keeping up);
+  loadp  `rok-load -c 1 -d D` on the same daemon: what the C client gets
+         through one connection at the same depth (rokd's share of the
+         machine sets both).
 
 One line per measurement (the medians over the rounds), then the goals:
 asyncio >= 20,000 tasks/s, sync p50 <= 1.5 x rok-load's p50.
@@ -62,15 +65,16 @@ def sync_latency(sock, n, two_trips):
     return {"p50": pct(lat, 0.50), "p99": pct(lat, 0.99), "max": lat[-1]}
 
 
-def rok_load(sock, n):
+def rok_load(sock, n, depth=1):
     exe = os.environ.get("ROK_LOAD") or os.path.join(
         TOP, "build", "default", "bench", "rok-load")
-    out = subprocess.run([exe, "-s", sock, "-c", "1", "-d", "1", "-n",
-                          str(n), "-k", "noop"], check=True,
+    out = subprocess.run([exe, "-s", sock, "-c", "1", "-d", str(depth),
+                          "-n", str(n), "-k", "noop"], check=True,
                          capture_output=True, text=True).stdout
     f = dict(re.findall(r"(\w+)=([\d.]+)", out))
     return {"p50": float(f["p50_us"]), "p99": float(f["p99_us"]),
-            "max": float(f["max_us"])}
+            "max": float(f["max_us"]), "rate": float(f["rate"]),
+            "seconds": float(f["seconds"])}
 
 
 async def aio_throughput(sock, n, depth):
@@ -131,13 +135,14 @@ def main():
     if sock is None:
         proc, tmp, sock = start_rokd()
     try:
-        runs = {"sync": [], "sync2": [], "load": [], "aio": []}
+        runs = {"sync": [], "sync2": [], "load": [], "aio": [], "loadp": []}
         for _ in range(a.rounds):
             runs["load"].append(rok_load(sock, a.n))
             runs["sync"].append(sync_latency(sock, a.n, False))
             runs["sync2"].append(sync_latency(sock, a.n // 2, True))
             runs["aio"].append(asyncio.run(
                 aio_throughput(sock, a.aio_n, a.depth)))
+            runs["loadp"].append(rok_load(sock, a.aio_n, a.depth))
     finally:
         if proc is not None:
             proc.terminate()
@@ -157,6 +162,9 @@ def main():
           f"seconds={med('aio', 'seconds'):.3f} "
           f"rate={med('aio', 'rate'):.0f} "
           f"cpu_rate={med('aio', 'cpu_rate'):.0f}")
+    print(f"loadp rok-load -c 1 -d {a.depth:<5} n={a.aio_n} depth={a.depth} "
+          f"seconds={med('loadp', 'seconds'):.3f} "
+          f"rate={med('loadp', 'rate'):.0f}")
     ratio = med("sync", "p50") / med("load", "p50")
     rate = med("aio", "rate")
     print(f"goals: aio rate {rate:.0f}/s >= 20000: "

@@ -36,5 +36,6 @@ if __name__ == "__main__":
     p.add_argument("-j", type=int, default=4, help="parallel limit")
     p.add_argument("commands", nargs="*")
     a = p.parse_args()
-    cmds = a.commands or [f"sleep 0.{i % 5}; test {i} != 13" for i in range(20)]
+    cmds = a.commands or [f"sleep 0.{i % 5}; test {i} != 13"
+                          for i in range(20)]
     raise SystemExit(asyncio.run(main(cmds, max(1, a.j))))

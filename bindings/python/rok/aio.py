@@ -188,7 +188,10 @@ class _Conn:
             await self._drain()
         return P.body(await fut, expect)
 
-    async def open_stream(self, req: "pb.Request") -> Tuple[int, "asyncio.Queue[Any]"]:
+    async def open_stream(
+            self, req: "pb.Request") -> Tuple[int, "asyncio.Queue[Any]"]:
+        """Sends a request answered by a stream of replies; its id and the
+        queue they arrive on (a ConnectionError instance if it breaks)."""
         await self._acquire()
         try:
             rid = self._write(req)

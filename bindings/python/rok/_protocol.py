@@ -118,21 +118,21 @@ class Decoder:
         out = []
         pos = 0
         end = len(buf)
-        while end - pos >= 4:
-            (n,) = _HEADER.unpack_from(buf, pos)
-            if n > MAX_REPLY:
-                raise ConnectionError(f"rokd sent a frame of {n} bytes "
-                                      f"(more than {MAX_REPLY})")
-            if end - pos - 4 < n:
-                break
-            resp = pb.Response()
-            try:
-                resp.ParseFromString(bytes(buf[pos + 4:pos + 4 + n]))
-            except Exception as e:  # google.protobuf.message.DecodeError
-                raise ConnectionError(f"rokd sent a reply that does not "
-                                      f"decode: {e}") from e
-            out.append(resp)
-            pos += 4 + n
+        parse = pb.Response.FromString
+        with memoryview(buf) as view:   # frames parsed in place, no copy
+            while end - pos >= 4:
+                (n,) = _HEADER.unpack_from(buf, pos)
+                if n > MAX_REPLY:
+                    raise ConnectionError(f"rokd sent a frame of {n} bytes "
+                                          f"(more than {MAX_REPLY})")
+                if end - pos - 4 < n:
+                    break
+                try:
+                    out.append(parse(view[pos + 4:pos + 4 + n]))
+                except Exception as e:  # google.protobuf.message.DecodeError
+                    raise ConnectionError(f"rokd sent a reply that does "
+                                          f"not decode: {e}") from e
+                pos += 4 + n
         if pos:
             del buf[:pos]
         return out

@@ -121,7 +121,7 @@ def test_cancelling_the_wait_leaves_the_task_running(rokd):
             with pytest.raises(asyncio.CancelledError):
                 await waiter
             # The remote task was not cancelled, the connection goes on.
-            assert (await t.status()).state == "running"
+            assert (await t.status()).state in ("queued", "running")
             await c.ping()
             await t.cancel()                 # the abandoned joins' replies
             assert (await t.join()).state == "cancelled"   # are dropped

@@ -402,6 +402,7 @@ class Client:
 
     @property
     def socket(self) -> str:
+        """The path of the socket this client is connected to."""
         return self._conn.path
 
     async def close(self) -> None:

@@ -53,6 +53,8 @@ __all__ = [
 _READ_SIZE = 256 * 1024
 # Above this much unsent data, a caller waits for the socket to drain.
 _WRITE_HIGH = 4 << 20
+# Requests queued in one loop turn that are written at once, not at its end.
+_WRITE_BATCH = 32
 
 
 class _Slots:
@@ -88,8 +90,9 @@ class _Slots:
 
 
 class _Conn:
-    """The connection: a writer that batches frames per loop turn and a
-    reader task that routes replies by id.  Event-loop thread only."""
+    """The connection: a writer that batches frames per loop turn (or per
+    _WRITE_BATCH frames) and a reader task that routes replies by id.
+    Event-loop thread only."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -140,14 +143,22 @@ class _Conn:
         rid = self._next_id
         self._next_id += 1
         req.id = rid
-        self._wbuf.append(P.encode(req, self.max_frame))
-        if not self._flush_scheduled:
+        wbuf = self._wbuf
+        wbuf.append(P.encode(req, self.max_frame))
+        if len(wbuf) >= _WRITE_BATCH:
+            # Do not hold a long burst back until the end of the loop turn:
+            # rokd can work on these while we build the rest.
+            self._flush()
+        elif not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+            self._loop.call_soon(self._flush_cb)
         return rid
 
-    def _flush(self) -> None:
+    def _flush_cb(self) -> None:
         self._flush_scheduled = False
+        self._flush()
+
+    def _flush(self) -> None:
         if self._broken is not None or not self._wbuf:
             return
         data = b"".join(self._wbuf)

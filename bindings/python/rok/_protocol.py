@@ -1,0 +1,482 @@
+"""The wire protocol without I/O: socket resolution, framing, building
+requests and reading replies (proto/rok.proto, package ``rok.v1``).
+
+Both clients use it: ``rok.Client`` over a blocking socket, ``rok.aio``
+over asyncio streams.  A frame is a 4-byte big-endian length and one
+protobuf message: a ``Request`` from us, a ``Response`` from the daemon.
+Nothing here touches a socket, so the framing and the conversions are the
+same for both and can be tested without a daemon.
+"""
+
+import datetime
+import os
+import stat
+import struct
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+try:
+    from . import rok_pb2 as pb
+except ImportError as e:  # pragma: no cover (an uninstalled source tree)
+    raise ImportError(
+        "rok.rok_pb2 is generated from proto/rok.proto when the package is "
+        "built: install it (pip install --no-build-isolation "
+        "./bindings/python) rather than importing the source tree") from e
+from ._errors import ConnectionError, Error, InvalidArgument, error_from_code
+from ._types import Result, Seconds, ServerInfo, Spec, State, StrOrBytes
+
+#: The protocol version this binding speaks (``Hello.protocol_version``).
+PROTOCOL_VERSION = 1
+
+#: Largest reply frame accepted (as librokclient: 64 MiB).  A longer one
+#: means the stream is not the protocol: the connection is dropped.
+MAX_REPLY = 64 << 20
+
+#: Frame size assumed until the hello reply says the daemon's (its default).
+DEFAULT_MAX_FRAME = 1 << 20
+
+_HEADER = struct.Struct(">I")
+
+_U64_MAX = (1 << 64) - 1
+_U32_MAX = (1 << 32) - 1
+
+_STATES = {
+    pb.TASK_STATE_UNSPECIFIED: State.UNSPECIFIED,
+    pb.TASK_QUEUED: State.QUEUED,
+    pb.TASK_RUNNING: State.RUNNING,
+    pb.TASK_SUCCEEDED: State.SUCCEEDED,
+    pb.TASK_FAILED: State.FAILED,
+    pb.TASK_CANCELLED: State.CANCELLED,
+    pb.TASK_TIMED_OUT: State.TIMED_OUT,
+    pb.TASK_INTERRUPTED: State.INTERRUPTED,
+}
+_STATE_CODES = {v: k for k, v in _STATES.items()}
+
+
+# ---- where the daemon is --------------------------------------------------
+
+def socket_path(socket: Optional[StrOrBytes] = None) -> str:
+    """The socket to connect to, resolved as rokctl does.
+
+    ``socket`` if given, else ``$ROK_SOCKET``, else ``/run/rok/rokd.sock``
+    for root, else ``$XDG_RUNTIME_DIR/rok/rokd.sock``, else
+    ``/tmp/rok-UID/rokd.sock`` -- the last only if that directory is a real
+    directory owned by the caller and closed to everybody else (anyone may
+    create it first, and an exec spawn sends the caller's environment), else
+    :class:`rok.ConnectionError`.
+    """
+    if socket is not None:
+        return os.fsdecode(socket)
+    env = os.environ.get("ROK_SOCKET")
+    if env:
+        return env
+    euid = os.geteuid()
+    if euid == 0:
+        return "/run/rok/rokd.sock"
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and xdg.startswith("/"):
+        return os.path.join(xdg, "rok", "rokd.sock")
+    directory = f"/tmp/rok-{euid}"
+    try:
+        st = os.lstat(directory)
+    except OSError as e:
+        raise ConnectionError(f"connecting to rokd: {directory}: "
+                              f"{e.strerror}") from e
+    if (not stat.S_ISDIR(st.st_mode) or st.st_uid != euid
+            or st.st_mode & (stat.S_IRWXG | stat.S_IRWXO)):
+        raise ConnectionError(f"connecting to rokd: {directory} is not a "
+                              "private directory of this user; refusing it")
+    return os.path.join(directory, "rokd.sock")
+
+
+# ---- framing --------------------------------------------------------------
+
+def encode(req: "pb.Request", max_frame: int) -> bytes:
+    """The frame for ``req``.  Raises :class:`rok.InvalidArgument` if it is
+    larger than the daemon accepts: it would close the connection instead
+    of answering."""
+    body = req.SerializeToString()
+    if len(body) > max_frame:
+        raise InvalidArgument(f"request of {len(body)} bytes is larger than "
+                              f"the daemon accepts ({max_frame} bytes)")
+    return _HEADER.pack(len(body)) + body
+
+
+class Decoder:
+    """Cuts a byte stream into ``Response`` messages.
+
+    Feed it whatever the socket gave; it keeps a partial frame for the next
+    call.  A frame over :data:`MAX_REPLY` or one that does not decode raises
+    :class:`rok.ConnectionError`: the stream cannot be resynchronised.
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> List["pb.Response"]:
+        buf = self._buf
+        buf += data
+        out = []
+        pos = 0
+        end = len(buf)
+        parse = pb.Response.FromString
+        with memoryview(buf) as view:   # frames parsed in place, no copy
+            while end - pos >= 4:
+                (n,) = _HEADER.unpack_from(buf, pos)
+                if n > MAX_REPLY:
+                    raise ConnectionError(f"rokd sent a frame of {n} bytes "
+                                          f"(more than {MAX_REPLY})")
+                if end - pos - 4 < n:
+                    break
+                try:
+                    out.append(parse(view[pos + 4:pos + 4 + n]))
+                except Exception as e:  # google.protobuf.message.DecodeError
+                    raise ConnectionError(f"rokd sent a reply that does "
+                                          f"not decode: {e}") from e
+                pos += 4 + n
+        if pos:
+            del buf[:pos]
+        return out
+
+
+# ---- values ---------------------------------------------------------------
+
+def to_bytes(value: StrOrBytes) -> bytes:
+    """Bytes unchanged; text as :func:`os.fsencode` (surrogate escapes
+    become the bytes they stand for)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return os.fsencode(value)
+    raise TypeError(f"expected str or bytes, not {type(value).__name__}")
+
+
+def to_ms(seconds: Optional[Seconds], what: str) -> int:
+    """A duration in ms for the wire, where 0 means none.  ``None`` is 0;
+    a positive duration is at least 1 ms (never silently "none")."""
+    if seconds is None:
+        return 0
+    if isinstance(seconds, datetime.timedelta):
+        seconds = seconds.total_seconds()
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{what}: expected seconds, not "
+                        f"{type(seconds).__name__}")
+    if not seconds >= 0:  # also NaN
+        raise ValueError(f"{what}: {seconds!r} is not a duration")
+    ms = int(round(seconds * 1000))
+    if ms == 0 and seconds > 0:
+        ms = 1
+    if ms > _U64_MAX:
+        raise ValueError(f"{what}: {seconds!r} s is too long")
+    return ms
+
+
+def task_id(task: object) -> int:
+    """The id of a task given as an ``int`` or anything with an ``id``."""
+    tid = getattr(task, "id", task)
+    if isinstance(tid, bool) or not isinstance(tid, int):
+        raise TypeError(f"expected a task or a task id, not "
+                        f"{type(task).__name__}")
+    if not 0 < tid <= _U64_MAX:
+        raise ValueError(f"{tid} is not a task id")
+    return tid
+
+
+def task_ids(tasks: Iterable[object]) -> List[int]:
+    ids = [task_id(t) for t in tasks]
+    if not ids:
+        raise ValueError("no tasks given")
+    return ids
+
+
+SCHEDULING_UNSUPPORTED = (
+    "rokd does not support scheduling fields (group, priority, after) "
+    "yet; the protocol has no place for them")
+
+
+def make_spec(args: Sequence[StrOrBytes] = (), kind: str = "exec",
+              timeout: Optional[Seconds] = None,
+              env: Optional[Mapping[StrOrBytes, StrOrBytes]] = None,
+              clean_env: bool = False, cwd: Optional[StrOrBytes] = None,
+              stdin: Optional[bytes] = None, retry: int = 0,
+              kill_grace: Optional[Seconds] = None) -> Spec:
+    if isinstance(args, (str, bytes)):
+        raise TypeError("args must be a sequence of arguments, not one "
+                        "string (write [cmd] or shlex.split(cmd))")
+    return Spec(args=list(args), kind=kind, timeout=timeout, env=env,
+                clean_env=clean_env, cwd=cwd, stdin=stdin, retry=retry,
+                kill_grace=kill_grace)
+
+
+def as_spec(spec: object) -> Spec:
+    """A :class:`Spec` from a Spec, a mapping of spawn's arguments, or an
+    argv (an exec task)."""
+    if isinstance(spec, Spec):
+        return spec
+    if isinstance(spec, Mapping):
+        return make_spec(**spec)
+    if isinstance(spec, (list, tuple)):
+        return make_spec(spec)
+    raise TypeError(f"expected a rok.Spec, a mapping or an argv, not "
+                    f"{type(spec).__name__}")
+
+
+_KINDS: dict = {}
+
+
+def _kind_bytes(kind: str) -> bytes:
+    b = _KINDS.get(kind)
+    if b is None:
+        b = to_bytes(kind)
+        if len(_KINDS) < 64:
+            _KINDS[kind] = b
+    return b
+
+
+def task_spec(spec: Spec) -> dict:
+    """The fields of the ``TaskSpec`` message for ``spec``: see
+    :func:`spec_fields`."""
+    return spec_fields(spec.args, spec.kind, spec.timeout, spec.env,
+                       spec.clean_env, spec.cwd, spec.stdin, spec.retry,
+                       spec.kill_grace)
+
+
+def spec_fields(args: Sequence[StrOrBytes] = (), kind: str = "exec",
+                timeout: Optional[Seconds] = None,
+                env: Optional[Mapping[StrOrBytes, StrOrBytes]] = None,
+                clean_env: bool = False, cwd: Optional[StrOrBytes] = None,
+                stdin: Optional[bytes] = None, retry: int = 0,
+                kill_grace: Optional[Seconds] = None) -> dict:
+    """The fields of a ``TaskSpec`` message (see :class:`Spec` for the
+    defaults of exec tasks), as the dict the message constructors take.
+    Only fields that differ from the protocol's defaults are set, and the
+    whole request is then built in one constructor call: this is the hot
+    path of every spawn (nested message constructors copy each level,
+    which costs more than the rest together)."""
+    if isinstance(args, (str, bytes)):
+        raise TypeError("args must be a sequence of arguments, not one "
+                        "string (write [cmd] or shlex.split(cmd))")
+    kind = kind or "exec"
+    kw: dict = {"kind": _kind_bytes(kind)}
+    if args:
+        kw["args"] = [to_bytes(a) for a in args]
+    if timeout is not None:
+        kw["timeout_ms"] = to_ms(timeout, "timeout")
+    if kill_grace is not None:
+        kw["kill_grace_ms"] = to_ms(kill_grace, "kill_grace")
+    if retry:
+        if not 0 <= retry <= _U32_MAX:
+            raise ValueError(f"retry: {retry} is out of range")
+        kw["retry"] = retry
+    if stdin is not None:
+        kw["stdin"] = bytes(stdin)
+    if kind == "exec":
+        if not args:
+            raise ValueError("an exec task needs an argv")
+        environ: Optional[Mapping[Any, Any]] = env
+        if environ is None and not clean_env:
+            environ = os.environb
+        if environ:
+            kw["env"] = [to_bytes(k) + b"=" + to_bytes(v)
+                         for k, v in environ.items()]
+        if clean_env:
+            kw["clean_env"] = True
+        kw["cwd"] = to_bytes(cwd) if cwd is not None \
+            else os.fsencode(os.getcwd())
+    elif env is not None or cwd is not None or clean_env:
+        raise ValueError(f"env, clean_env and cwd are for exec tasks, "
+                         f"not {kind}")
+    return kw
+
+
+# ---- requests -------------------------------------------------------------
+
+def hello(software: str) -> "pb.Request":
+    req = pb.Request()
+    req.hello.protocol_version = PROTOCOL_VERSION
+    req.hello.software_version = software.encode()
+    return req
+
+
+def spawn(fields: dict, wait: bool = False,
+          wait_timeout: Optional[Seconds] = None) -> "pb.Request":
+    """A spawn request; ``fields`` from :func:`spec_fields`."""
+    body = {"spec": fields, "wait": wait}
+    if wait_timeout is not None:
+        body["wait_timeout_ms"] = to_ms(wait_timeout, "timeout")
+    return pb.Request(spawn=body)
+
+
+def join(ids: List[int], timeout: Optional[Seconds]) -> "pb.Request":
+    req = pb.Request()
+    req.join.ids.extend(ids)
+    req.join.timeout_ms = to_ms(timeout, "timeout")
+    return req
+
+
+def race(ids: List[int], timeout: Optional[Seconds],
+         cancel_rest: bool) -> "pb.Request":
+    req = pb.Request()
+    req.race.ids.extend(ids)
+    req.race.timeout_ms = to_ms(timeout, "timeout")
+    req.race.cancel_rest = cancel_rest
+    return req
+
+
+def select(specs: Iterable[object],
+           timeout: Optional[Seconds]) -> "pb.Request":
+    msgs = [task_spec(as_spec(s)) for s in specs]
+    if not msgs:
+        raise ValueError("no specs given")
+    return pb.Request(select={"specs": msgs,
+                              "timeout_ms": to_ms(timeout, "timeout")})
+
+
+def cancel(ids: List[int]) -> "pb.Request":
+    req = pb.Request()
+    req.cancel.ids.extend(ids)
+    return req
+
+
+def status(ids: List[int]) -> "pb.Request":
+    req = pb.Request()
+    req.status.ids.extend(ids)
+    return req
+
+
+def list_page(state: Optional[str], after_id: int,
+              limit: int) -> "pb.Request":
+    req = pb.Request()
+    if state is not None:
+        try:
+            req.list.state = _STATE_CODES[State(state)]
+        except ValueError:
+            raise ValueError(f"{state!r} is not a task state") from None
+    req.list.after_id = after_id
+    if not 0 <= limit <= _U32_MAX:
+        raise ValueError(f"page size {limit} is out of range")
+    req.list.limit = limit
+    return req
+
+
+def stats() -> "pb.Request":
+    req = pb.Request()
+    req.stats.SetInParent()
+    return req
+
+
+def ping(payload: bytes) -> "pb.Request":
+    req = pb.Request()
+    req.ping.payload = payload
+    return req
+
+
+def logs(tid: int, follow: bool) -> "pb.Request":
+    req = pb.Request()
+    req.logs.task_id = tid
+    req.logs.follow = follow
+    return req
+
+
+def prune(older_than: Optional[Seconds], keep: Optional[int]) -> "pb.Request":
+    req = pb.Request()
+    req.prune.older_than_ms = to_ms(older_than, "older_than")
+    if keep is not None:
+        if not 0 <= keep <= _U64_MAX:
+            raise ValueError(f"keep: {keep} is out of range")
+        req.prune.keep = keep
+        req.prune.keep_set = True
+    return req
+
+
+# ---- replies --------------------------------------------------------------
+
+def text(b: bytes) -> str:
+    """Text for people from the wire (UTF-8 by convention, not checked)."""
+    return b.decode("utf-8", "replace")
+
+
+def body(resp: "pb.Response", expect: str):  # -> the reply message
+    """The reply body named ``expect``, or the error the daemon sent raised
+    as the matching :class:`rok.Error` subclass."""
+    if resp.HasField("error") and resp.error.code != pb.OK:
+        raise error_from_code(resp.error.code, text(resp.error.message))
+    which = resp.WhichOneof("body")
+    if which != expect:
+        raise ConnectionError(f"rokd answered a {expect} request with "
+                              f"{which or 'an empty reply'}")
+    return getattr(resp, expect)
+
+
+_KIND_TEXT: dict = {}
+
+
+def _kind_text(b: bytes) -> str:
+    t = _KIND_TEXT.get(b)
+    if t is None:
+        t = text(b)
+        if len(_KIND_TEXT) < 64:
+            _KIND_TEXT[b] = t
+    return t
+
+
+def result(info: "pb.TaskInfo") -> Result:
+    """A :class:`rok.Result` from a ``TaskInfo``; raises the task's own
+    error (``NotFound``, ``PermissionDenied``) if it carries one.  (Every
+    field read from a protobuf message costs: each is read once.)"""
+    if info.HasField("error") and info.error.code != pb.OK:
+        raise error_from_code(info.error.code,
+                              f"task {info.id}: {text(info.error.message)}")
+    spawned, started, finished = (info.spawned_us, info.started_us,
+                                  info.finished_us)
+    reason = info.reason
+    args = info.args
+    return Result(
+        info.id,
+        _STATES.get(info.state, State.UNSPECIFIED),
+        _kind_text(info.kind),
+        info.exit_code if info.has_exit_code else None,
+        info.signal if info.has_signal else None,
+        info.value,
+        text(reason) if reason else "",
+        spawned / 1e6 if spawned else None,
+        started / 1e6 if started else None,
+        finished / 1e6 if finished else None,
+        info.uid,
+        tuple(args) if args else (),
+        info.output_truncated,
+        info.retries,
+    )
+
+
+def server_info(reply: "pb.HelloReply") -> ServerInfo:
+    """The hello reply; raises :class:`rok.ConnectionError` for a daemon
+    that speaks another protocol version."""
+    if reply.protocol_version != PROTOCOL_VERSION:
+        raise ConnectionError(f"rokd speaks protocol version "
+                              f"{reply.protocol_version}, this binding "
+                              f"{PROTOCOL_VERSION}")
+    return ServerInfo(protocol_version=reply.protocol_version,
+                      software_version=text(reply.software_version),
+                      uid=reply.uid,
+                      max_frame=reply.max_frame or DEFAULT_MAX_FRAME,
+                      max_in_flight=reply.max_in_flight)
+
+
+def cancel_results(reply: "pb.CancelReply", ids: List[int]) -> None:
+    """Raises the first per-task error of a cancel reply."""
+    for tid, err in zip(ids, reply.results):
+        if err.code != pb.OK:
+            raise error_from_code(err.code, f"task {tid}: {text(err.message)}")
+
+
+def stats_dict(reply: "pb.StatsReply") -> dict:
+    """Every field of a stats reply, by name (fields a newer daemon adds
+    appear when this binding's rok.proto has them)."""
+    return {f.name: getattr(reply, f.name) for f in reply.DESCRIPTOR.fields}
+
+
+def log_chunks(reply: "pb.LogsReply") -> List[Tuple[int, bytes]]:
+    return [(c.stream, c.data) for c in reply.chunks]
+
+
+__all__ = ["socket_path", "encode", "Decoder", "PROTOCOL_VERSION", "Error"]

@@ -1,0 +1,200 @@
+"""rok.aio against real rokd processes: the same calls as coroutines,
+pipelining on one connection, cancellation, streams, a dying daemon."""
+
+import asyncio
+
+import pytest
+
+import rok
+import rok.aio
+
+from conftest import WAIT
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, WAIT))
+
+
+def test_every_call(rokd, tmp_path):
+    async def main():
+        async with rok.aio.connect(rokd.socket) as c:
+            assert c.server.protocol_version == rok.PROTOCOL_VERSION
+            assert await c.ping(b"p") >= 0
+            t = await c.spawn(["sh", "-c", "echo out; exit 2"],
+                              cwd=str(tmp_path))
+            r = await t.join()
+            assert r.exit_code == 2 and r.state == "failed"
+            assert [x async for x in t.logs()] == [(rok.STDOUT, b"out\n")]
+            assert (await t.status()).state == "failed"
+            assert (await c.run(kind="echo", args=[b"\xff"])).value == b"\xff"
+            s = await c.spawn(kind="sleep", args=["1h"])
+            with pytest.raises(rok.TimedOut):
+                await s.join(timeout=0.05)
+            n = await c.spawn(kind="noop")
+            i, w = await c.race([s, n], cancel_rest=True)
+            assert i == 1 and w.id == n.id
+            assert (await s.join()).state == "cancelled"
+            i, w = await c.select([rok.Spec(kind="sleep", args=["1h"]),
+                                   rok.Spec(kind="echo", args=["x"])])
+            assert i == 1 and w.value == b"x"
+            rs = await c.join_all([n, t])
+            assert [r.id for r in rs] == [n.id, t.id]
+            ids = [r.id async for r in c.list(page_size=3)]
+            assert ids == sorted(ids) and t.id in ids
+            assert (await c.stats())["workers"] == 2
+            z = await c.spawn(kind="sleep", args=["1h"])
+            await z.cancel()
+            assert (await z.join()).state == "cancelled"
+            with pytest.raises(rok.NotFound):
+                await c.task(10**12).status()
+            with pytest.raises(rok.InvalidArgument):
+                await c.spawn(kind="no-such-kind")
+            with pytest.raises(NotImplementedError):
+                await c.spawn(["true"], priority="high")
+            assert await c.prune(keep=0) >= 1
+        # plain await works too
+        c = await rok.aio.connect(rokd.socket)
+        await c.ping()
+        await c.close()
+        with pytest.raises(rok.ConnectionError):
+            await c.ping()
+
+    run(main())
+
+
+def test_thousand_concurrent_spawns_on_one_connection(rokd):
+    async def main():
+        async with rok.aio.connect(rokd.socket) as c:
+            n = 1000
+            # Sleeps of 0-29 ms in a scrambled order: the daemon answers
+            # in the order they finish, not the order they were sent.
+            naps = [f"{(i * 7) % 30}ms".encode() for i in range(n)]
+            done_order = []
+
+            async def one(i):
+                r = await c.run(kind="sleep", args=[naps[i]])
+                done_order.append(i)
+                return r
+
+            results = await asyncio.gather(*(one(i) for i in range(n)))
+            # Each reply reached the coroutine that sent its request.
+            assert [r.args for r in results] == [(nap,) for nap in naps]
+            assert all(r.ok for r in results)
+            assert len({r.id for r in results}) == n
+            assert sorted(done_order) == list(range(n))
+            assert (await c.stats())["connections"] >= 1
+
+    run(main())
+
+
+def test_replies_come_out_of_order(rokd):
+    """A join sent first is answered after a ping sent later, on the same
+    connection: replies are routed by id, not by order."""
+    async def main():
+        async with rok.aio.connect(rokd.socket) as c:
+            t = await c.spawn(kind="sleep", args=["1h"])
+            join = asyncio.ensure_future(t.join())
+            # Sent after the join (requests leave in order) ...
+            for _ in range(3):
+                await c.ping()
+            # ... and answered while the join is still waiting.
+            assert not join.done()
+            rs = await asyncio.gather(
+                c.run(kind="sleep", args=["300ms"]),
+                c.run(kind="sleep", args=["1ms"]))
+            assert [r.args for r in rs] == [(b"300ms",), (b"1ms",)]
+            await t.cancel()
+            assert (await join).state == "cancelled"
+
+    run(main())
+
+
+def test_cancelling_the_wait_leaves_the_task_running(rokd):
+    async def main():
+        async with rok.aio.connect(rokd.socket) as c:
+            t = await c.spawn(kind="sleep", args=["1h"])
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(t.join(), 0.05)
+            waiter = asyncio.ensure_future(t.join())
+            await asyncio.sleep(0)           # let it send its request
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            # The remote task was not cancelled, the connection goes on.
+            assert (await t.status()).state in ("queued", "running")
+            await c.ping()
+            await t.cancel()                 # the abandoned joins' replies
+            assert (await t.join()).state == "cancelled"   # are dropped
+            await c.ping()
+
+    run(main())
+
+
+def test_logs_follow_while_the_task_writes(rokd, tmp_path):
+    go = tmp_path / "go"
+
+    async def main():
+        async with rok.aio.connect(rokd.socket) as c:
+            t = await c.spawn(["sh", "-c", f"echo first; "
+                               f"while [ ! -e {go} ]; do sleep 0.01; done; "
+                               f"echo second"])
+            got = []
+            stream = t.logs(follow=True)
+            async for chunk in stream:
+                got.append(chunk)
+                if chunk == (rok.STDOUT, b"first\n"):
+                    assert (await t.status()).state == "running"
+                    go.touch()
+            assert b"".join(d for _, d in got) == b"first\nsecond\n"
+            assert stream.result is not None and stream.result.ok
+
+            # Leaving a follow stream early does not disturb the rest.
+            s = await c.spawn(["sh", "-c", "echo a; sleep 3600"])
+            async with s.logs(follow=True) as early:
+                async for chunk in early:
+                    assert chunk == (rok.STDOUT, b"a\n")
+                    break
+            await c.ping()
+            await s.cancel()
+            assert (await s.join()).state == "cancelled"
+
+    run(main())
+
+
+def test_requests_over_the_daemons_limit_wait_in_the_client(make_rokd):
+    d = make_rokd({"max_in_flight": "4"})
+
+    async def main():
+        async with rok.aio.connect(d.socket) as c:
+            assert c.server.max_in_flight == 4
+            rs = await asyncio.gather(*(c.run(kind="sleep", args=["5ms"])
+                                        for _ in range(50)))
+            assert all(r.ok for r in rs)
+
+    run(main())
+
+
+def test_daemon_dies_mid_call(make_rokd):
+    d = make_rokd()
+
+    async def main():
+        c = await rok.aio.connect(d.socket)
+        t = await c.spawn(kind="sleep", args=["1h"])
+        joins = [asyncio.ensure_future(t.join()) for _ in range(3)]
+        stream = asyncio.ensure_future(
+            c.logs(t, follow=True).__anext__())
+        await c.ping()                 # the joins and the stream are sent
+        d.kill()
+        for j in joins + [stream]:
+            with pytest.raises(rok.ConnectionError):
+                await j
+        with pytest.raises(rok.ConnectionError):
+            await c.ping()             # and every later call, at once
+        await c.close()
+
+    run(main())
+
+
+def test_connect_to_nothing(tmp_path):
+    with pytest.raises(rok.ConnectionError):
+        run(rok.aio.connect(str(tmp_path / "none.sock")))

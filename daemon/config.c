@@ -64,6 +64,7 @@ void config_defaults(struct config *c)
 	c->max_queued = 1000000;
 	c->max_finished = 100000;
 	c->max_connections = 4096;
+	c->max_ids = 10000;
 	c->max_task_output = 64ull << 20;
 	c->kill_grace_ms = 5000;
 	/* journal */
@@ -160,6 +161,7 @@ static int config_set(struct config *c, const char *key, const char *v,
 		CFG_U("max_queued", max_queued, 1ull << 32),
 		CFG_U("max_finished", max_finished, 1ull << 32),
 		CFG_U("max_connections", max_connections, 1u << 20),
+		CFG_U("max_ids", max_ids, 1u << 20),
 		/* exec tasks */
 		CFG_U("max_task_output", max_task_output, 1ull << 40),
 		CFG_D("kill_grace", kill_grace_ms),

@@ -30,6 +30,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "rok/blocking.h"
 #include "wire.h"
 #include "reactor.h"
 #include "rokd.h"
@@ -353,6 +354,20 @@ void conn_end_wait(struct conn *c)
 	c->in_flight--;
 	conn_maybe_finish(c);
 	conn_unref(c);
+}
+
+int conn_offload(struct conn *c, uint64_t req_id, void *(*fn)(void *),
+                 void *arg)
+{
+	if (!conn_begin_wait(c, req_id))
+		return -EAGAIN;   /* answered */
+	int err = rok_spawn_blocking(NULL, fn, arg);
+	if (err < 0) {
+		conn_send_error(c, req_id, ROK__V1__ERROR_CODE__UNAVAILABLE,
+		                "cannot start the request: %s", strerror(-err));
+		conn_end_wait(c);
+	}
+	return err;
 }
 
 void conn_hold(struct conn *c)

@@ -47,6 +47,7 @@ struct config {
 	uint64_t max_queued;        /* tasks queued, all clients */
 	uint64_t max_finished;      /* finished tasks kept for join/status */
 	unsigned max_connections;
+	uint32_t max_ids;           /* task ids (or specs) in one request */
 	char *socket_group;         /* root: group that may connect */
 	bool root;                  /* running as root */
 	/* exec tasks */
@@ -68,6 +69,17 @@ void config_free(struct config *c);
 /* Parses "250ms", "5s", "2m", "1h" (and sums like "1m30s") into ns: 0 or
  * -EINVAL. */
 int duration_parse(const char *s, size_t len, int64_t *ns);
+
+/* ---- idlist.c: the id lists of requests (reactor thread) ------------- */
+struct conn;
+
+/* Whether n ids (or specs: `what`) are within config.max_ids; if not,
+ * answers INVALID_ARGUMENT and returns false. */
+bool idlist_check(struct conn *c, uint64_t req_id, size_t n,
+                  const char *what);
+/* Copies ids to out (room for n) with each id once, in the order of its
+ * first occurrence: the count, or -1 out of memory. */
+ssize_t idlist_dedup(const uint64_t *ids, size_t n, uint64_t *out);
 
 /* ---- tasktab.c: every task the daemon knows (any thread) -------------- */
 enum {
@@ -149,6 +161,18 @@ void tasktab_info_free(TaskInfo *info);
 /* n initialised infos behind an array of pointers to them (the shape a
  * reply's repeated field takes), or NULL; freed with what they hold. */
 TaskInfo **tasktab_infos_new(size_t n);
+/*
+ * Fills infos[0..n) for ids[] as uid sees them (tasktab_info), stopping
+ * as soon as their encoded size passes `budget` bytes: n, or the count
+ * filled within the budget (the rest left empty), so no reply is ever
+ * built much larger than the frame it must fit in.  Any thread; reads the
+ * journal for ids no longer in memory, so never on the reactor thread.
+ */
+size_t tasktab_infos_fill(const uint64_t *ids, size_t n, uid_t uid,
+                          TaskInfo **infos, size_t budget);
+/* The bytes a reply of infos may take: max_frame less room for the rest
+ * of the response. */
+size_t tasktab_reply_budget(void);
 void tasktab_infos_free(TaskInfo **infos, size_t n);
 
 /* Requests cancellation: an ErrorCode.  A running task whose kind has a
@@ -168,10 +192,12 @@ uid_t tasktab_uid(const struct rtask *r);
 /* Whether task `id` has finished (or is unknown): any thread. */
 bool tasktab_finished(uint64_t id);
 
-/* Visible tasks with id > after, in id order: up to limit, *more set.
- * Returns how many were filled into infos[]. */
+/* Visible tasks with id > after, in id order: up to limit, and no more
+ * than fit in `budget` encoded bytes; *more set when there are more.
+ * Returns how many were filled into infos[].  Reads the journal: never on
+ * the reactor thread. */
 size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
-                    TaskInfo **infos, bool *more);
+                    size_t budget, TaskInfo **infos, bool *more);
 
 /*
  * The journal's side (journal-*.c).  tasktab_set_next_id: ids continue
@@ -289,6 +315,16 @@ void conn_release(struct conn *c);
 void reply_post(struct conn *c, const Response *resp);
 void reply_post_error(struct conn *c, uint64_t id, ErrorCode code,
                       const char *msg);
+
+/*
+ * Reactor thread: runs fn(arg) on the blocking pool, for a request whose
+ * work may read the journal (which must not hold up the reactor thread).
+ * Counted as a wait (conn_begin_wait); fn must answer with reply_post.
+ * On failure (over the in-flight limit, or no pool thread) the request
+ * has been answered, fn never runs, and the caller frees arg.
+ */
+int conn_offload(struct conn *c, uint64_t req_id, void *(*fn)(void *),
+                 void *arg);
 
 unsigned conn_count(void);
 /* Shutdown: stop reading requests, close every connection once its output

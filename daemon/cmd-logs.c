@@ -261,17 +261,19 @@ void logs_conn_closed(struct conn *c)
 void cmd_logs(struct conn *c, const Request *req)
 {
 	const Rok__V1__LogsRequest *lr = req->logs;
-	TaskInfo info;
+	rok_task *handle;
 
-	tasktab_info(lr->task_id, conn_uid(c), &info);
-	if (info.error != NULL) {
-		conn_send_error(c, req->id, info.error->code, "%.*s",
-		                (int)info.error->message.len,
-		                (const char *)info.error->message.data);
-		tasktab_info_free(&info);
+	/* The answer of the lookup itself, which allocates nothing: no
+	 * failure of an allocation can let another user's output through. */
+	int code = tasktab_lookup(lr->task_id, conn_uid(c), &handle);
+	rok_task_unref(handle);
+	if (code != 0) {
+		conn_send_error(c, req->id, (ErrorCode)code, "%s",
+		                code == ROK__V1__ERROR_CODE__PERMISSION_DENIED
+		                        ? "task belongs to another user"
+		                        : "no such task");
 		return;
 	}
-	tasktab_info_free(&info);
 	if (!conn_begin_wait(c, req->id))
 		return;   /* answered: too many requests in flight */
 	struct follower *f = calloc(1, sizeof(*f));

@@ -9,11 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "rokd.h"
 
 struct config config;
+mode_t rokd_umask = 022;   /* set by main before anything else */
 
 static char *config_strdup(const char *s)
 {

@@ -207,6 +207,8 @@ size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
  * tasktab_forget: a finished task was pruned, it is gone from memory too.
  */
 void tasktab_set_next_id(uint64_t next);
+/* The id the next task will get (every id below it was handed out). */
+uint64_t tasktab_next_id(void);
 int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
                     const TaskSpec *spec, uint64_t spawned_us,
                     uint32_t retries, struct rtask **out);
@@ -370,5 +372,8 @@ int cmd_create_task(struct conn *c, const TaskSpec *spec, struct rtask **out,
 
 /* When server_start ran (rok_now() time), for the uptime in stats. */
 extern int64_t rokd_started_ns;
+/* The umask rokd was started with (it runs with 077): its children get it
+ * back. */
+extern mode_t rokd_umask;
 
 #endif /* ROKD_H */

@@ -299,6 +299,14 @@ void tasktab_set_next_id(uint64_t next)
 	pthread_mutex_unlock(&tab.lock);
 }
 
+uint64_t tasktab_next_id(void)
+{
+	pthread_mutex_lock(&tab.lock);
+	uint64_t next = tab.next_id;
+	pthread_mutex_unlock(&tab.lock);
+	return next;
+}
+
 void tasktab_discard(struct rtask *r)
 {
 	pthread_mutex_lock(&tab.lock);

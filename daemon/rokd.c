@@ -176,6 +176,8 @@ static void rokd_state_dir(void)
 	if (snprintf(path, sizeof(path), "%s", config.state_dir) >=
 	    (int)sizeof(path))
 		fatalx("state directory path too long");
+	/* Missing parents get the usual 0755, not rokd's umask. */
+	mode_t old = umask(022);
 	for (char *p = path + 1; *p != '\0'; p++) {
 		if (*p != '/')
 			continue;
@@ -184,6 +186,7 @@ static void rokd_state_dir(void)
 			fatalx("mkdir %s: %s", path, strerror(errno));
 		*p = '/';
 	}
+	umask(old);
 	if (mkdir(path, 0700) != 0 && errno != EEXIST)
 		fatalx("mkdir %s: %s", path, strerror(errno));
 	if (lstat(path, &st) != 0)

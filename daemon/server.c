@@ -45,16 +45,24 @@ static int server_make_dir(const char *dir, mode_t mode)
 
 	if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
 		return -ENAMETOOLONG;
+	/* The modes asked for, not rokd's umask (077): clients must reach
+	 * the socket.  Main thread, before any other: umask is per process. */
+	mode_t old = umask(022);
 	for (char *p = path + 1; *p != '\0'; p++) {
 		if (*p != '/')
 			continue;
 		*p = '\0';
-		if (mkdir(path, 0755) != 0 && errno != EEXIST)
-			return -errno;
+		if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+			int err = -errno;
+			umask(old);
+			return err;
+		}
 		*p = '/';
 	}
-	if (mkdir(path, mode) != 0 && errno != EEXIST)
-		return -errno;
+	int rc = mkdir(path, mode) != 0 && errno != EEXIST ? -errno : 0;
+	umask(old);
+	if (rc < 0)
+		return rc;
 	if (stat(path, &st) != 0)
 		return -errno;
 	if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||

@@ -312,6 +312,9 @@ static void rokd_reload(const struct rokd_opts *o)
 	config.max_finished = fresh.max_finished;
 	config.max_connections = fresh.max_connections;
 	config.max_ids = fresh.max_ids;
+	config.max_connections_per_user = fresh.max_connections_per_user;
+	config.max_waits_per_user = fresh.max_waits_per_user;
+	config.max_followers_per_user = fresh.max_followers_per_user;
 	config.max_task_output = fresh.max_task_output;
 	config.kill_grace_ms = fresh.kill_grace_ms;
 	config.keep_finished = fresh.keep_finished;

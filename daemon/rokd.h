@@ -48,6 +48,10 @@ struct config {
 	uint64_t max_finished;      /* finished tasks kept for join/status */
 	unsigned max_connections;
 	uint32_t max_ids;           /* task ids (or specs) in one request */
+	/* per uid (quota.c) */
+	uint32_t max_connections_per_user;
+	uint32_t max_waits_per_user;
+	uint32_t max_followers_per_user;
 	char *socket_group;         /* root: group that may connect */
 	bool root;                  /* running as root */
 	/* exec tasks */
@@ -69,6 +73,21 @@ void config_free(struct config *c);
 /* Parses "250ms", "5s", "2m", "1h" (and sums like "1m30s") into ns: 0 or
  * -EINVAL. */
 int duration_parse(const char *s, size_t len, int64_t *ns);
+
+/* ---- quota.c: what each uid holds, against per-uid caps (any thread) -- */
+enum {
+	QUOTA_CONNECTIONS,          /* max_connections_per_user */
+	QUOTA_WAITS,                /* max_waits_per_user */
+	QUOTA_FOLLOWERS,            /* max_followers_per_user */
+	QUOTA_NKINDS,
+};
+/* Takes one of `kind` for uid: true, or false when uid holds its cap. */
+bool quota_take(uid_t uid, int kind);
+/* Gives back one taken with quota_take. */
+void quota_give(uid_t uid, int kind);
+uint64_t quota_cap(int kind);
+/* "too many connections for uid U (the limit is KEY = N)" into buf. */
+void quota_explain(uid_t uid, int kind, char *buf, size_t len);
 
 /* ---- idlist.c: the id lists of requests (reactor thread) ------------- */
 struct conn;

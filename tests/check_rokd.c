@@ -1213,6 +1213,150 @@ START_TEST(logs_slow_reader)
 }
 END_TEST
 
+/* Sends a join of one task as request req_id (its reply comes later). */
+static void rc_join_req(int fd, uint64_t req_id, uint64_t *id)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
+
+	j.ids = id;
+	j.n_ids = 1;
+	req.id = req_id;
+	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
+	req.join = &j;
+	rc_send(fd, &req);
+}
+
+/* The next reply must be RESOURCE_EXHAUSTED for req_id naming `key`. */
+static void rc_expect_cap(int fd, uint64_t req_id, const char *key)
+{
+	Response *r = rc_recv(fd);
+
+	ck_assert_ptr_nonnull(r);
+	ck_assert_uint_eq(r->id, req_id);
+	ck_assert_ptr_nonnull(r->error);
+	ck_assert_int_eq(r->error->code, ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED);
+	ck_assert_msg(memmem(r->error->message.data, r->error->message.len,
+	                     key, strlen(key)) != NULL,
+	              "message without %s: %.*s", key,
+	              (int)r->error->message.len,
+	              (char *)r->error->message.data);
+	rok__v1__response__free_unpacked(r, NULL);
+}
+
+/*
+ * Per-uid caps: a uid over its cap of connections, requests in flight or
+ * logs streams gets RESOURCE_EXHAUSTED (a connection: at its hello, then
+ * closed), while another uid is served.
+ */
+START_TEST(per_user_caps)
+{
+	enum { CONNS = 4 };
+	int fds[CONNS];
+
+	rokd_start("socket_group = nogroup\nmax_connections_per_user = 4\n"
+	           "max_waits_per_user = 4\nmax_followers_per_user = 2");
+	for (int i = 0; i < CONNS; i++)
+		fds[i] = rc_hello();
+	/* The fifth connection is told why at its hello, then closed. */
+	int extra = rc_connect();
+	ck_assert_int_ge(extra, 0);
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__Hello h = ROK__V1__HELLO__INIT;
+	h.protocol_version = 1;
+	req.id = 1;
+	req.body_case = ROK__V1__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	rc_send(extra, &req);
+	rc_expect_cap(extra, 1, "max_connections_per_user");
+	ck_assert(rc_closed(extra));
+	close(extra);
+
+	/* Streams, then waits, counted over the uid's connections. */
+	uint64_t sleeper = rc_spawn(fds[0], "sleep", "1h");
+	rc_logs_req(fds[0], 50, sleeper, true);
+	rc_logs_req(fds[1], 51, sleeper, true);
+	rc_logs_req(fds[2], 52, sleeper, true);
+	rc_expect_cap(fds[2], 52, "max_followers_per_user");
+	rc_join_req(fds[2], 53, &sleeper);
+	rc_join_req(fds[3], 54, &sleeper);
+	rc_join_req(fds[3], 55, &sleeper);
+	rc_expect_cap(fds[3], 55, "max_waits_per_user");
+
+	if (geteuid() == 0) {
+		/* Another uid is served meanwhile: connect, wait, stream. */
+		pid_t pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			if (rc_become_nobody() != 0)
+				_exit(10);
+			int c = rc_connect();
+			if (c < 0)
+				_exit(11);
+			rc_send(c, &req);
+			Response *r = rc_recv(c);
+			if (r == NULL || r->error != NULL)
+				_exit(12);
+			rc_spawn_req(c, 2, "sleep", "1h", false, 0);
+			r = rc_recv(c);
+			if (r == NULL || r->error != NULL)
+				_exit(13);
+			uint64_t own = r->spawn->id;
+			rc_logs_req(c, 3, own, true);
+			rc_join_req(c, 4, &own);
+			Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
+			cr.ids = &own;
+			cr.n_ids = 1;
+			req.id = 5;
+			req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
+			req.cancel = &cr;
+			rc_send(c, &req);
+			/* The cancel's reply, the stream's end, the join's
+			 * reply: in any order, none an error. */
+			for (int i = 0; i < 3; i++) {
+				r = rc_recv(c);
+				if (r == NULL || r->error != NULL)
+					_exit(14);
+			}
+			_exit(0);
+		}
+		int status;
+		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		              "another uid: step %d failed",
+		              WEXITSTATUS(status));
+	}
+
+	/* Closing a connection gives its slot back. */
+	close(fds[1]);
+	int again = -1;
+	for (int i = 0; i < 1000 && again < 0; i++) {
+		int fd = rc_connect();
+		ck_assert_int_ge(fd, 0);
+		req.id = 1;
+		req.body_case = ROK__V1__REQUEST__BODY_HELLO;
+		req.hello = &h;
+		rc_send(fd, &req);
+		Response *r = rc_recv(fd);
+		if (r != NULL && r->error == NULL)
+			again = fd;
+		else
+			close(fd);
+		if (r != NULL)
+			rok__v1__response__free_unpacked(r, NULL);
+		if (again < 0)
+			test_sleep_ms(10);
+	}
+	ck_assert_int_ge(again, 0);
+	rc_ping_ok(again);
+	close(again);
+	for (int i = 0; i < CONNS; i++)
+		if (i != 1)
+			close(fds[i]);
+	rokd_stop();
+}
+END_TEST
+
 static Suite *rokd_suite(void)
 {
 	const struct test_case cases[] = {
@@ -1231,6 +1375,7 @@ static Suite *rokd_suite(void)
 		{ "perm_user", permissions_user_daemon },
 		{ "logs_stream", logs_stream },
 		{ "logs_slow_reader", logs_slow_reader },
+		{ "per_user_caps", per_user_caps },
 	};
 
 	return TEST_SUITE("rokd", cases, 60);

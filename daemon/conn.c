@@ -10,6 +10,11 @@
  * more than config.max_output bytes pile up is disconnected, and nobody
  * else notices.
  *
+ * Per uid (quota.c): a connection over max_connections_per_user is kept
+ * only to answer its first request (the hello) RESOURCE_EXHAUSTED, then
+ * closed once that is written; each wait counts against the uid's
+ * max_waits_per_user as well as the connection's max_in_flight.
+ *
  * Requests that wait run as runtime tasks on workers.  conn_begin_wait takes
  * a reference for each; their replies come back through reply_post, which
  * packs the reply on the worker and hands it over with reactor_call (a queue

@@ -1,39 +1,85 @@
 /*
  * cmd-list.c — the caller's tasks in id order, one page at a time.
+ *
+ * A page holds up to the request's limit (LIST_PAGE_MAX at most) and no
+ * more than fits in one frame: `more` tells the client to ask again from
+ * the last id it got.  The page is built on the blocking pool, since tasks
+ * no longer in memory are read from the journal.
  */
+#include <stdlib.h>
+
 #include "rokd.h"
 
 #define LIST_PAGE_DEFAULT 1000
 #define LIST_PAGE_MAX 10000
 
+struct list_job {
+	struct conn *conn;
+	uint64_t req_id;
+	uid_t uid;
+	int state;
+	uint64_t after;
+	size_t limit;
+};
+
+/* Blocking pool: answers the request and frees the job. */
+static void *list_run(void *arg)
+{
+	struct list_job *j = arg;
+	Response resp = ROK__V1__RESPONSE__INIT;
+	Rok__V1__ListReply lr = ROK__V1__LIST_REPLY__INIT;
+	TaskInfo **infos = tasktab_infos_new(j->limit);
+	bool more;
+
+	if (infos == NULL) {
+		reply_post_error(j->conn, j->req_id,
+		                 ROK__V1__ERROR_CODE__INTERNAL, "out of memory");
+		free(j);
+		return NULL;
+	}
+	size_t n = tasktab_list(j->uid, j->state, j->after, j->limit,
+	                        tasktab_reply_budget(), infos, &more);
+	if (n == 0 && more) {
+		/* Not even one task fits: paging cannot get past it. */
+		reply_post_error(j->conn, j->req_id,
+		                 ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED,
+		                 "the next task is larger than the frame "
+		                 "limit; see it with status");
+	} else {
+		lr.n_tasks = n;
+		lr.tasks = infos;
+		lr.more = more;
+		resp.id = j->req_id;
+		resp.body_case = ROK__V1__RESPONSE__BODY_LIST;
+		resp.list = &lr;
+		reply_post(j->conn, &resp);
+	}
+	tasktab_infos_free(infos, j->limit);
+	free(j);
+	return NULL;
+}
+
 void cmd_list(struct conn *c, const Request *req)
 {
 	const Rok__V1__ListRequest *l = req->list;
-	Response resp = ROK__V1__RESPONSE__INIT;
-	Rok__V1__ListReply lr = ROK__V1__LIST_REPLY__INIT;
-	size_t limit = l->limit == 0 ? LIST_PAGE_DEFAULT
-	               : l->limit > LIST_PAGE_MAX ? LIST_PAGE_MAX : l->limit;
+	struct list_job *j;
 
 	if ((unsigned)l->state >= RT_NSTATES) {
 		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__INVALID_ARGUMENT,
 		                "unknown task state %d", (int)l->state);
 		return;
 	}
-	TaskInfo **infos = tasktab_infos_new(limit);
-	if (infos == NULL) {
+	if ((j = malloc(sizeof(*j))) == NULL) {
 		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__INTERNAL,
 		                "out of memory");
 		return;
 	}
-	bool more;
-	size_t n = tasktab_list(conn_uid(c), (int)l->state, l->after_id, limit,
-	                        infos, &more);
-	lr.n_tasks = n;
-	lr.tasks = infos;
-	lr.more = more;
-	resp.id = req->id;
-	resp.body_case = ROK__V1__RESPONSE__BODY_LIST;
-	resp.list = &lr;
-	conn_send(c, &resp);
-	tasktab_infos_free(infos, limit);
+	*j = (struct list_job){
+		.conn = c, .req_id = req->id, .uid = conn_uid(c),
+		.state = (int)l->state, .after = l->after_id,
+		.limit = l->limit == 0 ? LIST_PAGE_DEFAULT
+		         : l->limit > LIST_PAGE_MAX ? LIST_PAGE_MAX : l->limit,
+	};
+	if (conn_offload(c, req->id, list_run, j) < 0)
+		free(j);
 }

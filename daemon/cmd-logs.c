@@ -9,7 +9,8 @@
  * LogsReply with end set (without follow: at the end of the file; with
  * follow: once the task has ended and everything it wrote was sent).  The
  * stream counts as one request in flight (conn_begin_wait) from start to
- * end; the final reply goes through reply_post, which ends that wait.
+ * end, and as one of its uid's streams (max_followers_per_user, quota.c);
+ * the final reply goes through reply_post, which ends that wait.
  *
  * Flow control: a follower sends only while its connection has less than
  * logs_high() bytes queued, and resumes when conn.c reports the output
@@ -69,6 +70,7 @@ static size_t logs_batch(void)
 
 struct follower {
 	struct conn *conn;
+	uid_t uid;                   /* holds one of its QUOTA_FOLLOWERS */
 	uint64_t req_id, task_id;
 	bool follow;
 	bool dead;                   /* its connection closed */
@@ -95,6 +97,7 @@ static void logs_remove(struct follower *f)
 	atomic_fetch_sub(&logs.n, 1);
 	if (f->fd >= 0)
 		close(f->fd);
+	quota_give(f->uid, QUOTA_FOLLOWERS);
 	free(f);
 }
 
@@ -261,26 +264,37 @@ void logs_conn_closed(struct conn *c)
 void cmd_logs(struct conn *c, const Request *req)
 {
 	const Rok__V1__LogsRequest *lr = req->logs;
-	TaskInfo info;
+	rok_task *handle;
 
-	tasktab_info(lr->task_id, conn_uid(c), &info);
-	if (info.error != NULL) {
-		conn_send_error(c, req->id, info.error->code, "%.*s",
-		                (int)info.error->message.len,
-		                (const char *)info.error->message.data);
-		tasktab_info_free(&info);
+	/* The answer of the lookup itself, which allocates nothing: no
+	 * failure of an allocation can let another user's output through. */
+	int code = tasktab_lookup(lr->task_id, conn_uid(c), &handle);
+	rok_task_unref(handle);
+	if (code != 0) {
+		conn_send_error(c, req->id, (ErrorCode)code, "%s",
+		                code == ROK__V1__ERROR_CODE__PERMISSION_DENIED
+		                        ? "task belongs to another user"
+		                        : "no such task");
 		return;
 	}
-	tasktab_info_free(&info);
 	if (!conn_begin_wait(c, req->id))
 		return;   /* answered: too many requests in flight */
+	if (!quota_take(conn_uid(c), QUOTA_FOLLOWERS)) {
+		char msg[160];
+		quota_explain(conn_uid(c), QUOTA_FOLLOWERS, msg, sizeof(msg));
+		reply_post_error(c, req->id,
+		                 ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED, msg);
+		return;
+	}
 	struct follower *f = calloc(1, sizeof(*f));
 	if (f == NULL) {
+		quota_give(conn_uid(c), QUOTA_FOLLOWERS);
 		reply_post_error(c, req->id, ROK__V1__ERROR_CODE__INTERNAL,
 		                 "out of memory");
 		return;
 	}
 	f->conn = c;
+	f->uid = conn_uid(c);
 	f->req_id = req->id;
 	f->task_id = lr->task_id;
 	f->follow = lr->follow;

@@ -90,6 +90,8 @@ void cmd_select(struct conn *c, const Request *req)
 		                "%s", err);
 		return;
 	}
+	if (!idlist_check(c, req->id, n, "task specs"))
+		return;
 	for (size_t i = 0; i < n; i++) {
 		const TaskSpec *spec = s->specs[i];
 		const struct kind *k = spec != NULL

@@ -9,11 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "rokd.h"
 
 struct config config;
+mode_t rokd_umask = 022;   /* set by main before anything else */
 
 static char *config_strdup(const char *s)
 {
@@ -64,6 +66,13 @@ void config_defaults(struct config *c)
 	c->max_queued = 1000000;
 	c->max_finished = 100000;
 	c->max_connections = 4096;
+	c->max_ids = 10000;
+	/* Per uid: a quarter of max_connections, so one user cannot take
+	 * them all; waits and streams bounded per user as well as per
+	 * connection. */
+	c->max_connections_per_user = 1024;
+	c->max_waits_per_user = 16384;
+	c->max_followers_per_user = 256;
 	c->max_task_output = 64ull << 20;
 	c->kill_grace_ms = 5000;
 	/* journal */
@@ -177,6 +186,12 @@ static int config_set(struct config *c, const char *key, const char *v,
 		CFG_U("max_queued", max_queued, 1ull << 32),
 		CFG_U("max_finished", max_finished, 1ull << 32),
 		CFG_U("max_connections", max_connections, 1u << 20),
+		CFG_U("max_ids", max_ids, 1u << 20),
+		CFG_U("max_connections_per_user", max_connections_per_user,
+		      1u << 20),
+		CFG_U("max_waits_per_user", max_waits_per_user, 1u << 30),
+		CFG_U("max_followers_per_user", max_followers_per_user,
+		      1u << 20),
 		/* exec tasks */
 		CFG_U("max_task_output", max_task_output, 1ull << 40),
 		CFG_D("kill_grace", kill_grace_ms),

@@ -10,6 +10,11 @@
  * more than config.max_output bytes pile up is disconnected, and nobody
  * else notices.
  *
+ * Per uid (quota.c): a connection over max_connections_per_user is kept
+ * only to answer its first request (the hello) RESOURCE_EXHAUSTED, then
+ * closed once that is written; each wait counts against the uid's
+ * max_waits_per_user as well as the connection's max_in_flight.
+ *
  * Requests that wait run as runtime tasks on workers.  conn_begin_wait takes
  * a reference for each; their replies come back through reply_post, which
  * packs the reply on the worker and hands it over with reactor_call (a queue
@@ -30,9 +35,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "rok/blocking.h"
 #include "wire.h"
 #include "reactor.h"
 #include "rokd.h"
+
+/* Connections over their uid's cap kept open at once to be told why. */
+#define CONN_REFUSING_MAX 64
 
 struct conn {
 	struct bufferevent *bev;
@@ -43,6 +52,8 @@ struct conn {
 	unsigned in_flight;       /* waits not answered yet */
 	size_t held;              /* spawns waiting for the journal */
 	bool hello_done;
+	bool refused;             /* over its uid's connection cap: answered
+	                             at its first request, then closed */
 	bool dead;                /* closed: no more reading or writing */
 	bool draining;            /* shutdown: close once flushed and answered */
 	struct conn *prev, *next; /* every live connection */
@@ -51,6 +62,7 @@ struct conn {
 static struct {
 	struct conn *head;
 	_Atomic unsigned count;   /* read by the main thread at shutdown */
+	unsigned refusing;        /* refused connections not yet closed */
 	uint64_t serial;
 	bool shutting_down;
 } conns;
@@ -132,6 +144,10 @@ static void conn_close(struct conn *c, const char *why)
 	if (c->next != NULL)
 		c->next->prev = c->prev;
 	conns.count--;
+	if (c->refused)
+		conns.refusing--;
+	else
+		quota_give(c->uid, QUOTA_CONNECTIONS);
 	logs_conn_closed(c);        /* its output streams end */
 	conn_unref(c);              /* the connection's own reference */
 }
@@ -161,9 +177,24 @@ void conn_accept(int fd)
 		close(fd);
 		return;
 	}
+	/*
+	 * Over its uid's cap, a connection is kept just long enough to answer
+	 * its first request (the hello) with the reason; a few such at once
+	 * (CONN_REFUSING_MAX): past that, closed without a word, so that
+	 * refusals cannot fill the global limit either.
+	 */
+	bool refused = !quota_take(cred.uid, QUOTA_CONNECTIONS);
+	if (refused && conns.refusing >= CONN_REFUSING_MAX) {
+		log_warnx("refused a connection from uid %u: over its "
+		          "connection cap", (unsigned)cred.uid);
+		close(fd);
+		return;
+	}
 	struct conn *c = calloc(1, sizeof(*c));
 	if (c == NULL) {
 		log_warnx("out of memory for a connection");
+		if (!refused)
+			quota_give(cred.uid, QUOTA_CONNECTIONS);
 		close(fd);
 		return;
 	}
@@ -171,11 +202,16 @@ void conn_accept(int fd)
 	                                BEV_OPT_CLOSE_ON_FREE);
 	if (c->bev == NULL) {
 		log_warnx("bufferevent_socket_new failed");
+		if (!refused)
+			quota_give(cred.uid, QUOTA_CONNECTIONS);
 		close(fd);
 		free(c);
 		return;
 	}
 	c->refs = 1;
+	c->refused = refused;
+	if (refused)
+		conns.refusing++;
 	c->uid = cred.uid;
 	c->pid = cred.pid;
 	c->serial = ++conns.serial;
@@ -198,6 +234,24 @@ static void conn_maybe_finish(struct conn *c)
 		return;
 	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
 		conn_close(c, "shutdown");
+}
+
+/* Answers the first request of a connection over its uid's cap, and
+ * closes it once the answer is written. */
+static void conn_refuse(struct conn *c, uint64_t req_id)
+{
+	char msg[160];
+
+	quota_explain(c->uid, QUOTA_CONNECTIONS, msg, sizeof(msg));
+	log_warnx("refused a connection from uid %u: %s", (unsigned)c->uid,
+	          msg);
+	conn_send_error(c, req_id, ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED,
+	                "%s", msg);
+	if (c->dead)
+		return;
+	c->draining = true;
+	bufferevent_disable(c->bev, EV_READ);
+	conn_maybe_finish(c);
 }
 
 static void conn_read_cb(struct bufferevent *bev, void *arg)
@@ -232,7 +286,10 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 			conn_close(c, "undecodable frame");
 			break;
 		}
-		dispatch(c, req);
+		if (c->refused)
+			conn_refuse(c, req->id);
+		else
+			dispatch(c, req);
 		rok__v1__request__free_unpacked(req, NULL);
 	}
 	conn_unref(c);
@@ -343,6 +400,13 @@ bool conn_begin_wait(struct conn *c, uint64_t id)
 		                config.max_in_flight);
 		return false;
 	}
+	if (!quota_take(c->uid, QUOTA_WAITS)) {
+		char msg[160];
+		quota_explain(c->uid, QUOTA_WAITS, msg, sizeof(msg));
+		conn_send_error(c, id, ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED,
+		                "%s", msg);
+		return false;
+	}
 	c->in_flight++;
 	conn_ref(c);
 	return true;
@@ -350,9 +414,24 @@ bool conn_begin_wait(struct conn *c, uint64_t id)
 
 void conn_end_wait(struct conn *c)
 {
+	quota_give(c->uid, QUOTA_WAITS);
 	c->in_flight--;
 	conn_maybe_finish(c);
 	conn_unref(c);
+}
+
+int conn_offload(struct conn *c, uint64_t req_id, void *(*fn)(void *),
+                 void *arg)
+{
+	if (!conn_begin_wait(c, req_id))
+		return -EAGAIN;   /* answered */
+	int err = rok_spawn_blocking(NULL, fn, arg);
+	if (err < 0) {
+		conn_send_error(c, req_id, ROK__V1__ERROR_CODE__UNAVAILABLE,
+		                "cannot start the request: %s", strerror(-err));
+		conn_end_wait(c);
+	}
+	return err;
 }
 
 void conn_hold(struct conn *c)
@@ -385,6 +464,7 @@ static void reply_deliver(void *arg)
 		else
 			conn_close(c, "out of memory for a reply");
 	}
+	quota_give(c->uid, QUOTA_WAITS);
 	c->in_flight--;
 	conn_maybe_finish(c);
 	conn_unref(c);

@@ -4,8 +4,12 @@
  * One file per task, <state_dir>/output/<ID>.log (the path is agreed with
  * the journal, which removes it when it prunes the task).  It is created on
  * the first byte of output, so a task that writes nothing costs no file
- * (most `true`-like tasks), mode 0600, owned by rokd: clients read it
- * through the socket (`rokctl logs`), with the usual per-uid check.
+ * (most `true`-like tasks), mode 0600, owned by rokd, with O_EXCL and
+ * O_NOFOLLOW (nothing planted under the name is followed or written):
+ * clients read it through the socket (`rokctl logs`), with the usual
+ * per-uid check.  A file under an id the journal has not handed out yet
+ * (left by a journal that was deleted or replaced) is removed at start
+ * (exec_output_sweep), so no new task is ever shown another's output.
  *
  * Format: a sequence of records, each a 1-byte stream (1 stdout, 2 stderr),
  * a 4-byte big-endian length, then that many bytes (at most EXEC_REC_MAX).
@@ -23,9 +27,12 @@
  * Only the exec task that owns an exec_out touches it (one worker at a
  * time); writes go to the page cache, never fsync'd.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -43,6 +50,34 @@ int exec_output_init(void)
 	if (mkdir(path, 0700) != 0 && errno != EEXIST)
 		return -errno;
 	return 0;
+}
+
+int exec_output_sweep(uint64_t next_id)
+{
+	char path[4096];
+
+	if (snprintf(path, sizeof(path), "%s/output", config.state_dir) >=
+	    (int)sizeof(path))
+		return -ENAMETOOLONG;
+	DIR *d = opendir(path);
+	if (d == NULL)
+		return -errno;
+	int dfd = dirfd(d), err = 0;
+	for (struct dirent *e; (e = readdir(d)) != NULL;) {
+		char *end;
+		errno = 0;
+		unsigned long long id = strtoull(e->d_name, &end, 10);
+		if (errno != 0 || end == e->d_name || strcmp(end, ".log") != 0 ||
+		    e->d_name[0] < '1' || e->d_name[0] > '9' || id < next_id)
+			continue;
+		if (unlinkat(dfd, e->d_name, 0) != 0 && errno != ENOENT) {
+			err = -errno;
+			log_errno(errno, "%s/%s: a stale output file", path,
+			          e->d_name);
+		}
+	}
+	closedir(d);
+	return err;
 }
 
 void exec_output_path(uint64_t id, char *buf, size_t len)
@@ -109,8 +144,12 @@ void exec_out_append(struct exec_out *o, int stream, const uint8_t *buf,
 	if (o->fd < 0) {
 		char path[4096];
 		exec_output_path(o->id, path, sizeof(path));
-		o->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-		             0600);
+		/* A fresh file, never one planted under the name: the
+		 * run's start removed any earlier one (exec_out_forget),
+		 * so an existing file or link here was not made by rokd
+		 * and is neither followed nor written. */
+		o->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+		             O_CLOEXEC, 0600);
 		if (o->fd < 0) {
 			o->err = -errno;
 			log_errno(-o->err, "task %llu: cannot keep its output: "

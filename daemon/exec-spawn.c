@@ -272,6 +272,9 @@ static _Noreturn void exec_child(const struct exec_start *s, pid_t parent,
 	for (int i = 0; i < spawn.nreset; i++)
 		syscall(SYS_rt_sigaction, spawn.reset[i], &dfl, NULL,
 		        sizeof(uint64_t));
+	/* rokd runs with umask 077 for its own files; a task gets the umask
+	 * rokd was started with. */
+	(void)syscall(SYS_umask, rokd_umask);
 	if (syscall(SYS_setpgid, 0, 0) != 0)
 		exec_child_fail(fail, "setpgid", 0);
 	for (int i = 0; i < 3; i++) {

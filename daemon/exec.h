@@ -136,6 +136,10 @@ struct exec_out {
 
 /* Main thread: creates <state_dir>/output.  0 or -errno. */
 int exec_output_init(void);
+/* Main thread, after the journal's recovery: removes the output files of
+ * ids >= next_id, which no task of this journal has (left by a journal
+ * that was deleted or replaced).  0 or -errno (logged). */
+int exec_output_sweep(uint64_t next_id);
 void exec_out_init(struct exec_out *o, uint64_t id, uint64_t cap);
 /* Removes the output file of task `id` if there is one (any thread): at
  * the start of a run, the file of an earlier run of the same id (a retry

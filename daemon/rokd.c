@@ -29,6 +29,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "exec.h"
 #include "journal.h"
 #include "reactor.h"
 #include "rokd.h"
@@ -134,14 +135,49 @@ static void rokd_apply(const struct rokd_opts *o)
 	}
 }
 
-/* mkdir -p for the state directory, private to its owner. */
+/* Makes dir/name, if it exists, private to its owner; refuses one that is
+ * not a regular file of rokd's uid. */
+static void rokd_private_file(const char *dir, const char *name)
+{
+	char path[4200];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (lstat(path, &st) != 0) {
+		if (errno != ENOENT)
+			fatalx("%s: %s; refusing to start", path, strerror(errno));
+		return;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid())
+		fatalx("%s is not a regular file owned by uid %u; refusing to "
+		       "start", path, (unsigned)geteuid());
+	/* sqlite gives the -wal and -shm files the journal's own mode. */
+	if ((st.st_mode & 077) != 0) {
+		if (chmod(path, st.st_mode & 0700) != 0)
+			fatalx("chmod %s: %s; refusing to start", path,
+			       strerror(errno));
+		log_info("%s was mode 0%o: made private to its owner", path,
+		         (unsigned)(st.st_mode & 07777));
+	}
+}
+
+/*
+ * mkdir -p for the state directory, private to its owner.  It holds every
+ * user's specs (env, stdin) and output: an existing one must be a
+ * directory of rokd's uid that nobody else can write (else refused: the
+ * files in it could be swapped); one that others can read or enter is made
+ * 0700, and so are the journal's files in it.
+ */
 static void rokd_state_dir(void)
 {
 	char path[4096];
+	struct stat st;
 
 	if (snprintf(path, sizeof(path), "%s", config.state_dir) >=
 	    (int)sizeof(path))
 		fatalx("state directory path too long");
+	/* Missing parents get the usual 0755, not rokd's umask. */
+	mode_t old = umask(022);
 	for (char *p = path + 1; *p != '\0'; p++) {
 		if (*p != '/')
 			continue;
@@ -150,8 +186,34 @@ static void rokd_state_dir(void)
 			fatalx("mkdir %s: %s", path, strerror(errno));
 		*p = '/';
 	}
+	umask(old);
 	if (mkdir(path, 0700) != 0 && errno != EEXIST)
 		fatalx("mkdir %s: %s", path, strerror(errno));
+	if (lstat(path, &st) != 0)
+		fatalx("%s: %s", path, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		fatalx("state directory %s is not a directory; refusing to "
+		       "start", path);
+	if (st.st_uid != geteuid())
+		fatalx("state directory %s is owned by uid %u, not by rokd's "
+		       "uid %u; refusing to start", path, (unsigned)st.st_uid,
+		       (unsigned)geteuid());
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+		fatalx("state directory %s is writable by group or others "
+		       "(mode 0%o); refusing to start (chmod 0700 it)", path,
+		       (unsigned)(st.st_mode & 07777));
+	if ((st.st_mode & 077) != 0) {
+		if (chmod(path, 0700) != 0)
+			fatalx("chmod %s: %s; refusing to start", path,
+			       strerror(errno));
+		log_info("state directory %s was mode 0%o: made 0700", path,
+		         (unsigned)(st.st_mode & 07777));
+	}
+	static const char *const files[] = {
+		"journal.db", "journal.db-wal", "journal.db-shm", "rokd.lock",
+	};
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+		rokd_private_file(path, files[i]);
 }
 
 /* Many connections need many descriptors: take the hard limit. */
@@ -249,6 +311,10 @@ static void rokd_reload(const struct rokd_opts *o)
 	config.max_queued = fresh.max_queued;
 	config.max_finished = fresh.max_finished;
 	config.max_connections = fresh.max_connections;
+	config.max_ids = fresh.max_ids;
+	config.max_connections_per_user = fresh.max_connections_per_user;
+	config.max_waits_per_user = fresh.max_waits_per_user;
+	config.max_followers_per_user = fresh.max_followers_per_user;
 	config.max_task_output = fresh.max_task_output;
 	config.kill_grace_ms = fresh.kill_grace_ms;
 	config.keep_finished = fresh.keep_finished;
@@ -263,6 +329,9 @@ int main(int argc, char **argv)
 	sigset_t sigs;
 	int sig, err;
 
+	/* Before any file is made: the journal and output hold every user's
+	 * specs and output. */
+	rokd_umask = umask(077);
 	rokd_parse_args(argc, argv, &o);
 	log_init(o.verbose);
 	rokd_apply(&o);
@@ -296,6 +365,11 @@ int main(int argc, char **argv)
 	/* Before the socket accepts: the ids and tasks of the journal first. */
 	if (journal_recover(jerr, sizeof(jerr)) < 0)
 		fatalx("%s", jerr);
+	/* Output left under ids this journal has not handed out (a deleted
+	 * or replaced journal.db) must never show as a new task's. */
+	if ((err = exec_output_sweep(tasktab_next_id())) < 0)
+		fatalx("%s/output: cannot remove stale output files: %s; "
+		       "refusing to start", config.state_dir, strerror(-err));
 	if ((err = journal_start()) < 0)
 		fatalx("cannot start the journal thread: %s", strerror(-err));
 	if ((err = server_start(fd)) < 0)

@@ -47,6 +47,11 @@ struct config {
 	uint64_t max_queued;        /* tasks queued, all clients */
 	uint64_t max_finished;      /* finished tasks kept for join/status */
 	unsigned max_connections;
+	uint32_t max_ids;           /* task ids (or specs) in one request */
+	/* per uid (quota.c) */
+	uint32_t max_connections_per_user;
+	uint32_t max_waits_per_user;
+	uint32_t max_followers_per_user;
 	char *socket_group;         /* root: group that may connect */
 	bool root;                  /* running as root */
 	/* exec tasks */
@@ -83,6 +88,32 @@ int duration_check_ms(uint64_t ms, const char *what, char *err, size_t len);
 /* ms in ns, saturated at INT64_MAX: for specs checked by an older rokd and
  * read back from the journal, which may hold any value. */
 int64_t duration_ns(uint64_t ms);
+
+/* ---- quota.c: what each uid holds, against per-uid caps (any thread) -- */
+enum {
+	QUOTA_CONNECTIONS,          /* max_connections_per_user */
+	QUOTA_WAITS,                /* max_waits_per_user */
+	QUOTA_FOLLOWERS,            /* max_followers_per_user */
+	QUOTA_NKINDS,
+};
+/* Takes one of `kind` for uid: true, or false when uid holds its cap. */
+bool quota_take(uid_t uid, int kind);
+/* Gives back one taken with quota_take. */
+void quota_give(uid_t uid, int kind);
+uint64_t quota_cap(int kind);
+/* "too many connections for uid U (the limit is KEY = N)" into buf. */
+void quota_explain(uid_t uid, int kind, char *buf, size_t len);
+
+/* ---- idlist.c: the id lists of requests (reactor thread) ------------- */
+struct conn;
+
+/* Whether n ids (or specs: `what`) are within config.max_ids; if not,
+ * answers INVALID_ARGUMENT and returns false. */
+bool idlist_check(struct conn *c, uint64_t req_id, size_t n,
+                  const char *what);
+/* Copies ids to out (room for n) with each id once, in the order of its
+ * first occurrence: the count, or -1 out of memory. */
+ssize_t idlist_dedup(const uint64_t *ids, size_t n, uint64_t *out);
 
 /* ---- tasktab.c: every task the daemon knows (any thread) -------------- */
 enum {
@@ -164,6 +195,18 @@ void tasktab_info_free(TaskInfo *info);
 /* n initialised infos behind an array of pointers to them (the shape a
  * reply's repeated field takes), or NULL; freed with what they hold. */
 TaskInfo **tasktab_infos_new(size_t n);
+/*
+ * Fills infos[0..n) for ids[] as uid sees them (tasktab_info), stopping
+ * as soon as their encoded size passes `budget` bytes: n, or the count
+ * filled within the budget (the rest left empty), so no reply is ever
+ * built much larger than the frame it must fit in.  Any thread; reads the
+ * journal for ids no longer in memory, so never on the reactor thread.
+ */
+size_t tasktab_infos_fill(const uint64_t *ids, size_t n, uid_t uid,
+                          TaskInfo **infos, size_t budget);
+/* The bytes a reply of infos may take: max_frame less room for the rest
+ * of the response. */
+size_t tasktab_reply_budget(void);
 void tasktab_infos_free(TaskInfo **infos, size_t n);
 
 /* Requests cancellation: an ErrorCode.  A running task whose kind has a
@@ -183,10 +226,12 @@ uid_t tasktab_uid(const struct rtask *r);
 /* Whether task `id` has finished (or is unknown): any thread. */
 bool tasktab_finished(uint64_t id);
 
-/* Visible tasks with id > after, in id order: up to limit, *more set.
- * Returns how many were filled into infos[]. */
+/* Visible tasks with id > after, in id order: up to limit, and no more
+ * than fit in `budget` encoded bytes; *more set when there are more.
+ * Returns how many were filled into infos[].  Reads the journal: never on
+ * the reactor thread. */
 size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
-                    TaskInfo **infos, bool *more);
+                    size_t budget, TaskInfo **infos, bool *more);
 
 /*
  * The journal's side (journal-*.c).  tasktab_set_next_id: ids continue
@@ -196,6 +241,8 @@ size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
  * tasktab_forget: a finished task was pruned, it is gone from memory too.
  */
 void tasktab_set_next_id(uint64_t next);
+/* The id the next task will get (every id below it was handed out). */
+uint64_t tasktab_next_id(void);
 int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
                     const TaskSpec *spec, uint64_t spawned_us,
                     uint32_t retries, struct rtask **out);
@@ -309,6 +356,16 @@ void reply_post(struct conn *c, const Response *resp);
 void reply_post_error(struct conn *c, uint64_t id, ErrorCode code,
                       const char *msg);
 
+/*
+ * Reactor thread: runs fn(arg) on the blocking pool, for a request whose
+ * work may read the journal (which must not hold up the reactor thread).
+ * Counted as a wait (conn_begin_wait); fn must answer with reply_post.
+ * On failure (over the in-flight limit, or no pool thread) the request
+ * has been answered, fn never runs, and the caller frees arg.
+ */
+int conn_offload(struct conn *c, uint64_t req_id, void *(*fn)(void *),
+                 void *arg);
+
 unsigned conn_count(void);
 /* Shutdown: stop reading requests, close every connection once its output
  * is flushed and its waits answered; *all_closed when none is left. */
@@ -353,5 +410,8 @@ int cmd_create_task(struct conn *c, const TaskSpec *spec, struct rtask **out,
 
 /* When server_start ran (rok_now() time), for the uptime in stats. */
 extern int64_t rokd_started_ns;
+/* The umask rokd was started with (it runs with 077): its children get it
+ * back. */
+extern mode_t rokd_umask;
 
 #endif /* ROKD_H */

@@ -2,9 +2,12 @@
  * server.c — the listening socket.
  *
  * server_open runs on the main thread before anything else: it takes the
- * socket systemd passed (socket activation: LISTEN_PID/LISTEN_FDS) or
- * creates one at config.socket_path, inside a directory that only its owner
- * may write, with mode 0600 (0660 and group config.socket_group as root).
+ * socket systemd passed (socket activation: LISTEN_PID/LISTEN_FDS), which
+ * must be a listening Unix stream socket, or creates one at
+ * config.socket_path, inside a directory that only its owner may write,
+ * with mode 0600 (0660 and group config.socket_group as root, on a passed
+ * socket too).  socket_group is never ignored: set for a daemon that is
+ * not root, or naming no group, it stops rokd from starting.
  * A live daemon already answering on the path is left alone: rokd refuses
  * to start.  server_start then accepts on the reactor thread.
  */
@@ -12,6 +15,7 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,16 +45,24 @@ static int server_make_dir(const char *dir, mode_t mode)
 
 	if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
 		return -ENAMETOOLONG;
+	/* The modes asked for, not rokd's umask (077): clients must reach
+	 * the socket.  Main thread, before any other: umask is per process. */
+	mode_t old = umask(022);
 	for (char *p = path + 1; *p != '\0'; p++) {
 		if (*p != '/')
 			continue;
 		*p = '\0';
-		if (mkdir(path, 0755) != 0 && errno != EEXIST)
-			return -errno;
+		if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+			int err = -errno;
+			umask(old);
+			return err;
+		}
 		*p = '/';
 	}
-	if (mkdir(path, mode) != 0 && errno != EEXIST)
-		return -errno;
+	int rc = mkdir(path, mode) != 0 && errno != EEXIST ? -errno : 0;
+	umask(old);
+	if (rc < 0)
+		return rc;
 	if (stat(path, &st) != 0)
 		return -errno;
 	if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
@@ -75,7 +87,79 @@ static bool server_alive(const struct sockaddr_un *sa)
 	return alive;
 }
 
-/* The socket systemd handed over, or -1. */
+/*
+ * Gives the socket file `path` group config.socket_group and mode 0660 (as
+ * root; socket_group unset: group root).  0 or -errno, with a message.
+ */
+static int server_set_group(const char *path)
+{
+	gid_t gid = 0;
+
+	if (config.socket_group != NULL) {
+		struct group *g = getgrnam(config.socket_group);
+		if (g == NULL) {
+			log_warnx("socket_group %s: no such group",
+			          config.socket_group);
+			return -EINVAL;
+		}
+		gid = g->gr_gid;
+	}
+	if (chown(path, 0, gid) != 0 || chmod(path, 0660) != 0) {
+		int err = -errno;
+		log_errno(-err, "%s: setting its group and mode", path);
+		return err;
+	}
+	return 0;
+}
+
+/*
+ * Checks the socket systemd handed over: it must be a listening Unix
+ * stream socket.  Over TCP, SO_PEERCRED reports uid 65534 (nobody) for
+ * every peer, so a root rokd would run the commands of anyone who can
+ * reach the port; a datagram or unbound socket cannot serve at all.
+ * socket_group is applied to its file as to one rokd creates.  0 or
+ * -errno, with a message.
+ */
+static int server_check_inherited(int fd)
+{
+	int domain = -1, type = -1, listening = 0;
+	socklen_t len = sizeof(int);
+	struct sockaddr_un sa;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 ||
+	    (len = sizeof(int),
+	     getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len)) != 0 ||
+	    (len = sizeof(int),
+	     getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len)) != 0) {
+		int err = -errno;
+		log_errno(-err, "the socket passed by systemd (fd 3)");
+		return err;
+	}
+	if (domain != AF_UNIX || type != SOCK_STREAM || !listening) {
+		log_warnx("the socket passed by systemd (fd 3) is not a "
+		          "listening Unix stream socket (domain %d, type %d%s): "
+		          "rokd tells users apart by their Unix credentials, so "
+		          "it serves nothing else; set ListenStream= to a path",
+		          domain, type, listening ? "" : ", not listening");
+		return -EPROTOTYPE;
+	}
+	if (config.socket_group == NULL)
+		return 0;
+	len = sizeof(sa);
+	memset(&sa, 0, sizeof(sa));
+	if (getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+		return -errno;
+	if (len <= offsetof(struct sockaddr_un, sun_path) ||
+	    sa.sun_path[0] == '\0') {
+		log_warnx("socket_group %s cannot apply to the socket passed by "
+		          "systemd: it has no path", config.socket_group);
+		return -EINVAL;
+	}
+	sa.sun_path[sizeof(sa.sun_path) - 1] = '\0';
+	return server_set_group(sa.sun_path);
+}
+
+/* The socket systemd handed over: fd, -1 when there is none, or -errno. */
 static int server_inherited(void)
 {
 	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
@@ -83,6 +167,9 @@ static int server_inherited(void)
 	if (pid == NULL || fds == NULL || atol(pid) != (long)getpid() ||
 	    atoi(fds) < 1)
 		return -1;
+	if (atoi(fds) > 1)
+		log_warnx("systemd passed %d sockets; rokd listens on the first "
+		          "only", atoi(fds));
 	unsetenv("LISTEN_PID");
 	unsetenv("LISTEN_FDS");
 	unsetenv("LISTEN_FDNAMES");
@@ -90,9 +177,13 @@ static int server_inherited(void)
 	int fl = fcntl(fd, F_GETFD);
 	if (fl < 0 || fcntl(fd, F_SETFD, fl | FD_CLOEXEC) < 0 ||
 	    (fl = fcntl(fd, F_GETFL)) < 0 ||
-	    fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-		return -1;
-	return fd;
+	    fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+		int err = -errno;
+		log_errno(-err, "the socket passed by systemd (fd 3)");
+		return err;
+	}
+	int err = server_check_inherited(fd);
+	return err < 0 ? err : fd;
 }
 
 int server_open(void)
@@ -100,11 +191,23 @@ int server_open(void)
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fd = server_inherited();
 
+	/* A user's rokd serves its own uid only: a group would be a promise
+	 * it does not keep. */
+	if (!config.root && config.socket_group != NULL) {
+		log_warnx("socket_group = %s: rokd is not running as root, and "
+		          "then serves its own uid only; remove the setting",
+		          config.socket_group);
+		if (fd >= 0)
+			close(fd);
+		return -EINVAL;
+	}
 	if (fd >= 0) {
 		server.inherited = true;
 		log_info("listening on the socket passed by systemd");
 		return server.fd = fd;
 	}
+	if (fd < -1)
+		return fd;
 	if (snprintf(sa.sun_path, sizeof(sa.sun_path), "%s",
 	             config.socket_path) >= (int)sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
@@ -135,24 +238,9 @@ int server_open(void)
 		close(fd);
 		return rc;
 	}
-	if (config.root) {
-		gid_t gid = 0;
-		if (config.socket_group != NULL) {
-			struct group *g = getgrnam(config.socket_group);
-			if (g == NULL) {
-				log_warnx("socket_group %s: no such group",
-				          config.socket_group);
-				close(fd);
-				return -EINVAL;
-			}
-			gid = g->gr_gid;
-		}
-		if (chown(sa.sun_path, 0, gid) != 0 ||
-		    chmod(sa.sun_path, 0660) != 0) {
-			rc = -errno;
-			close(fd);
-			return rc;
-		}
+	if (config.root && (rc = server_set_group(sa.sun_path)) < 0) {
+		close(fd);
+		return rc;
 	}
 	if (listen(fd, SERVER_BACKLOG) != 0) {
 		rc = -errno;

@@ -299,6 +299,14 @@ void tasktab_set_next_id(uint64_t next)
 	pthread_mutex_unlock(&tab.lock);
 }
 
+uint64_t tasktab_next_id(void)
+{
+	pthread_mutex_lock(&tab.lock);
+	uint64_t next = tab.next_id;
+	pthread_mutex_unlock(&tab.lock);
+	return next;
+}
+
 void tasktab_discard(struct rtask *r)
 {
 	pthread_mutex_lock(&tab.lock);
@@ -586,6 +594,32 @@ void tasktab_info(uint64_t id, uid_t uid, TaskInfo *info)
 		tasktab_set_error(info, id, code);
 }
 
+size_t tasktab_reply_budget(void)
+{
+	/* A Response's id and body header, and a reply's few scalar fields
+	 * (select's ids are counted by the caller): well under 64 bytes. */
+	return config.max_frame > 64 ? config.max_frame - 64 : 0;
+}
+
+size_t tasktab_infos_fill(const uint64_t *ids, size_t n, uid_t uid,
+                          TaskInfo **infos, size_t budget)
+{
+	size_t used = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		tasktab_info(ids[i], uid, infos[i]);
+		/* Each element also costs a tag and a length (at most 1 + 5
+		 * bytes, max_frame being below 2^32). */
+		size_t sz = rok__v1__task_info__get_packed_size(infos[i]) + 6;
+		if (sz > budget - used) {
+			tasktab_info_free(infos[i]);
+			return i;
+		}
+		used += sz;
+	}
+	return n;
+}
+
 TaskInfo **tasktab_infos_new(size_t n)
 {
 	/* The pointer array and the infos in one allocation. */
@@ -690,8 +724,10 @@ bool tasktab_finished(uint64_t id)
  * record is the truth (the row may lag by one batch).
  */
 size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
-                    TaskInfo **infos, bool *more)
+                    size_t budget, TaskInfo **infos, bool *more)
 {
+	size_t used = 0;
+
 	uint64_t *jids = malloc((limit + 1) * sizeof(*jids));
 	bool *from_journal = calloc(limit + 1, sizeof(*from_journal));
 	int nj = 0;
@@ -723,7 +759,18 @@ size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
 			break;
 		}
 		if (mem) {
-			tasktab_fill(r, infos[n++]);
+			tasktab_fill(r, infos[n]);
+			size_t sz = rok__v1__task_info__get_packed_size(
+				infos[n]) + 6;   /* and its tag and length */
+			if (sz > budget - used) {
+				/* The page ends here: the client asks for
+				 * the next one from the last id it got. */
+				tasktab_info_free(infos[n]);
+				*more = true;
+				break;
+			}
+			used += sz;
+			n++;
 			after = r->id;
 			r = r->next;
 		} else {
@@ -735,13 +782,25 @@ size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
 	pthread_mutex_unlock(&tab.lock);
 	if (nj == (int)(limit + 1) && j == (size_t)nj)
 		*more = true;   /* the journal may hold more beyond its page */
+	/* The rows from the journal are read now, outside the lock, and
+	 * the page cut where it passes the budget. */
+	used = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (!from_journal[i])
-			continue;
-		uint64_t id = infos[i]->id;
-		int code = journal_read_info(id, uid, infos[i]);
-		if (code != 0)   /* pruned meanwhile */
-			tasktab_set_error(infos[i], id, code);
+		if (from_journal[i]) {
+			uint64_t id = infos[i]->id;
+			int code = journal_read_info(id, uid, infos[i]);
+			if (code != 0)   /* pruned meanwhile */
+				tasktab_set_error(infos[i], id, code);
+		}
+		size_t sz = rok__v1__task_info__get_packed_size(infos[i]) + 6;
+		if (sz > budget - used) {
+			for (size_t k = i; k < n; k++)
+				tasktab_info_free(infos[k]);
+			n = i;
+			*more = true;
+			break;
+		}
+		used += sz;
 	}
 	free(jids);
 	free(from_journal);

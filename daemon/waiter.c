@@ -7,9 +7,12 @@
  * connection is kept alive meanwhile by the reference conn_begin_wait took;
  * a waiting client never holds up a worker, the reactor or anyone else.
  *
- * Task ids are looked up when the wait starts: a task that already finished
- * has no handle and counts as done; an unknown id or another user's task is
- * reported in the reply (join) or fails the request (race).
+ * Task ids are looked up when the wait starts, on the waiter's worker (a
+ * task no longer in memory is read from the journal, which must not hold
+ * up the reactor thread): a task that already finished has no handle and
+ * counts as done; an unknown id or another user's task is reported in the
+ * reply (join) or fails the request (race).  A join's reply is built
+ * within the frame limit (RESOURCE_EXHAUSTED once past it).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -65,8 +68,16 @@ static void waiter_reply_join(struct waiter *f)
 		                 ROK__V1__ERROR_CODE__INTERNAL, "out of memory");
 		return;
 	}
-	for (size_t i = 0; i < f->n; i++)
-		tasktab_info(f->ids[i], f->uid, ptrs[i]);
+	/* Built within the frame limit: no copies past it. */
+	if (tasktab_infos_fill(f->ids, f->n, f->uid, ptrs,
+	                       tasktab_reply_budget()) < f->n) {
+		reply_post_error(f->conn, f->req_id,
+		                 ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED,
+		                 "reply larger than the frame limit: ask for "
+		                 "fewer tasks");
+		tasktab_infos_free(ptrs, f->n);
+		return;
+	}
 	resp.id = f->req_id;
 	if (f->mode == WAIT_SPAWN) {
 		sr.id = f->ids[0];
@@ -162,11 +173,49 @@ static void waiter_cancel_all(struct waiter *f)
 			waiter_cancel(f, i);
 }
 
+/*
+ * Worker: looks the ids up (a task no longer in memory is read from the
+ * journal, which is why this is not done on the reactor thread).  0, or
+ * the request was answered with the error: race and select need every
+ * task to be the caller's.
+ */
+static int waiter_lookup(struct waiter *f)
+{
+	char msg[96];
+
+	for (size_t i = 0; i < f->n; i++) {
+		int code = tasktab_lookup(f->ids[i], f->uid, &f->handles[i]);
+		if (code != 0 && f->mode != WAIT_JOIN &&
+		    f->mode != WAIT_SPAWN) {
+			snprintf(msg, sizeof(msg), "task %llu: %s",
+			         (unsigned long long)f->ids[i],
+			         code == ROK__V1__ERROR_CODE__NOT_FOUND
+			                 ? "no such task"
+			                 : "belongs to another user");
+			if (f->mode == WAIT_SELECT)
+				/* Nobody will wait for the winner: no task
+				 * of this select may run on. */
+				for (size_t k = 0; k < f->n; k++)
+					(void)tasktab_cancel(f->ids[k], f->uid);
+			reply_post_error(f->conn, f->req_id, (ErrorCode)code,
+			                 msg);
+			return -ENOENT;
+		}
+		if (f->handles[i] != NULL) {
+			f->live[f->nlive] = f->handles[i];
+			f->live_index[f->nlive++] = i;
+		}
+	}
+	return 0;
+}
+
 static rok_poll waiter_poll(rok_cx *cx, void *frame)
 {
 	struct waiter *f = frame;
 
 	ROK_BEGIN(cx);
+	if (waiter_lookup(f) < 0)
+		ROK_RETURN(cx, 0);
 	if (f->mode == WAIT_JOIN || f->mode == WAIT_SPAWN) {
 		for (f->i = 0; f->i < f->n; f->i++) {
 			if (f->handles[f->i] == NULL)
@@ -275,23 +324,6 @@ int waiter_start(struct conn *c, uint64_t req_id, int mode,
 		return -ENOMEM;
 	}
 	memcpy(f.ids, ids, n * sizeof(*ids));
-	for (size_t i = 0; i < n; i++) {
-		int code = tasktab_lookup(ids[i], f.uid, &f.handles[i]);
-		if (code != 0 && mode != WAIT_JOIN && mode != WAIT_SPAWN) {
-			snprintf(msg, sizeof(msg), "task %llu: %s",
-			         (unsigned long long)ids[i],
-			         code == ROK__V1__ERROR_CODE__NOT_FOUND
-			                 ? "no such task"
-			                 : "belongs to another user");
-			waiter_free(&f);
-			waiter_refuse(c, req_id, begun, (ErrorCode)code, msg);
-			return -ENOENT;
-		}
-		if (f.handles[i] != NULL) {
-			f.live[f.nlive] = f.handles[i];
-			f.live_index[f.nlive++] = i;
-		}
-	}
 	if (!begun && !conn_begin_wait(c, req_id)) {
 		waiter_free(&f);
 		return -EAGAIN;

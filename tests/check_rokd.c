@@ -820,6 +820,139 @@ START_TEST(many_ids_one_join)
 }
 END_TEST
 
+/* A field of /proc/PID/status in kB ("VmRSS", "VmHWM"). */
+static long proc_status_kb(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	long kb = -1;
+	size_t fl = strlen(field);
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "re");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (strncmp(line, field, fl) == 0 && line[fl] == ':')
+			kb = strtol(line + fl + 1, NULL, 10);
+	fclose(f);
+	ck_assert_int_ge(kb, 0);
+	return kb;
+}
+
+/* Sends a status of n ids as request req_id: the reply. */
+static Response *rc_status(int fd, uint64_t req_id, uint64_t *ids, size_t n)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__StatusRequest s = ROK__V1__STATUS_REQUEST__INIT;
+
+	s.ids = ids;
+	s.n_ids = n;
+	req.id = req_id;
+	req.body_case = ROK__V1__REQUEST__BODY_STATUS;
+	req.status = &s;
+	rc_send(fd, &req);
+	Response *r = rc_recv(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_uint_eq(r->id, req_id);
+	return r;
+}
+
+/*
+ * One frame naming a large task thousands of times must not make rokd
+ * copy it thousands of times: status and join answer each task once, lists
+ * past max_ids are refused, replies are built within the frame limit, and
+ * a list pages through tasks too large for one frame.  The bound on the
+ * peak RSS (VmHWM) is generous: without the fixes it was gigabytes.
+ */
+START_TEST(amplification)
+{
+	enum { BIG = 100000, NAMES = 10000, NBIG = 15 };
+	char *arg = malloc(BIG + 1);
+	uint64_t *ids = malloc((NAMES + 1) * sizeof(*ids));
+	uint64_t big[NBIG];
+
+	ck_assert_ptr_nonnull(arg);
+	ck_assert_ptr_nonnull(ids);
+	memset(arg, 'x', BIG);
+	arg[BIG] = '\0';
+	rokd_start(NULL);
+	int fd = rc_hello(), other = rc_hello();
+	for (int i = 0; i < NBIG; i++)
+		big[i] = rc_spawn(fd, "echo", arg);
+	Response *r = rc_join(fd, big, 1, 0);
+	ck_assert_ptr_null(r->error);
+	rok__v1__response__free_unpacked(r, NULL);
+	long before = proc_status_kb(rokd_pid, "VmRSS");
+
+	/* One task named NAMES times: answered once. */
+	for (size_t i = 0; i < NAMES; i++)
+		ids[i] = big[0];
+	r = rc_status(fd, 40, ids, NAMES);
+	ck_assert_ptr_null(r->error);
+	ck_assert_uint_eq(r->status->n_tasks, 1);
+	ck_assert_uint_eq(r->status->tasks[0]->id, big[0]);
+	rok__v1__response__free_unpacked(r, NULL);
+	r = rc_join(fd, ids, NAMES, 0);
+	ck_assert_ptr_null(r->error);
+	ck_assert_uint_eq(r->join->n_tasks, 1);
+	rok__v1__response__free_unpacked(r, NULL);
+	rc_ping_ok(other);
+
+	/* Past max_ids: refused. */
+	ids[NAMES] = big[0];
+	r = rc_status(fd, 41, ids, NAMES + 1);
+	ck_assert_ptr_nonnull(r->error);
+	ck_assert_int_eq(r->error->code,
+	                 ROK__V1__ERROR_CODE__INVALID_ARGUMENT);
+	rok__v1__response__free_unpacked(r, NULL);
+
+	/* Distinct large tasks, more than a frame holds: a typed error. */
+	for (size_t i = 0; i < NAMES; i++)
+		ids[i] = big[i % NBIG] + (i / NBIG) * 1000000;
+	r = rc_status(fd, 42, ids, NAMES);
+	ck_assert_ptr_nonnull(r->error);
+	ck_assert_int_eq(r->error->code,
+	                 ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED);
+	rok__v1__response__free_unpacked(r, NULL);
+	long peak = proc_status_kb(rokd_pid, "VmHWM");
+	ck_assert_msg(peak - before < 256 * 1024,
+	              "rokd's RSS went from %ld kB to a peak of %ld kB",
+	              before, peak);
+
+	/* A list pages through them, each page within one frame. */
+	uint64_t after = 0;
+	size_t seen = 0;
+	for (int pages = 0;; pages++) {
+		Request req = ROK__V1__REQUEST__INIT;
+		Rok__V1__ListRequest l = ROK__V1__LIST_REQUEST__INIT;
+		ck_assert_int_lt(pages, NBIG + 1);
+		l.after_id = after;
+		req.id = 43;
+		req.body_case = ROK__V1__REQUEST__BODY_LIST;
+		req.list = &l;
+		rc_send(fd, &req);
+		r = rc_recv(fd);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_msg(r->error == NULL, "list: %.*s",
+		              r->error ? (int)r->error->message.len : 0,
+		              r->error ? (char *)r->error->message.data : "");
+		ck_assert_uint_gt(r->list->n_tasks, 0);
+		seen += r->list->n_tasks;
+		after = r->list->tasks[r->list->n_tasks - 1]->id;
+		bool more = r->list->more;
+		rok__v1__response__free_unpacked(r, NULL);
+		if (!more)
+			break;
+	}
+	ck_assert_uint_eq(seen, NBIG);
+	rc_ping_ok(other);
+	free(ids);
+	free(arg);
+	close(fd);
+	close(other);
+	rokd_stop();
+}
+END_TEST
+
 /* A client that never reads its replies is cut off; others are served. */
 START_TEST(client_that_does_not_read)
 {
@@ -981,6 +1114,17 @@ START_TEST(permissions_root_daemon)
 		if (r->cancel->results[0]->code !=
 		    ROK__V1__ERROR_CODE__PERMISSION_DENIED)
 			_exit(14);
+		/* Nor its output (the check fails closed). */
+		Rok__V1__LogsRequest lg = ROK__V1__LOGS_REQUEST__INIT;
+		lg.task_id = mine;
+		req.id = 4;
+		req.body_case = ROK__V1__REQUEST__BODY_LOGS;
+		req.logs = &lg;
+		rc_send(c, &req);
+		r = rc_recv(c);
+		if (r == NULL || r->error == NULL || r->error->code !=
+		    ROK__V1__ERROR_CODE__PERMISSION_DENIED)
+			_exit(16);
 		uint64_t own = rc_spawn(c, "noop", NULL);
 		Rok__V1__ListRequest l = ROK__V1__LIST_REQUEST__INIT;
 		req.id = 3;
@@ -1215,6 +1359,150 @@ START_TEST(logs_slow_reader)
 }
 END_TEST
 
+/* Sends a join of one task as request req_id (its reply comes later). */
+static void rc_join_req(int fd, uint64_t req_id, uint64_t *id)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
+
+	j.ids = id;
+	j.n_ids = 1;
+	req.id = req_id;
+	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
+	req.join = &j;
+	rc_send(fd, &req);
+}
+
+/* The next reply must be RESOURCE_EXHAUSTED for req_id naming `key`. */
+static void rc_expect_cap(int fd, uint64_t req_id, const char *key)
+{
+	Response *r = rc_recv(fd);
+
+	ck_assert_ptr_nonnull(r);
+	ck_assert_uint_eq(r->id, req_id);
+	ck_assert_ptr_nonnull(r->error);
+	ck_assert_int_eq(r->error->code, ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED);
+	ck_assert_msg(memmem(r->error->message.data, r->error->message.len,
+	                     key, strlen(key)) != NULL,
+	              "message without %s: %.*s", key,
+	              (int)r->error->message.len,
+	              (char *)r->error->message.data);
+	rok__v1__response__free_unpacked(r, NULL);
+}
+
+/*
+ * Per-uid caps: a uid over its cap of connections, requests in flight or
+ * logs streams gets RESOURCE_EXHAUSTED (a connection: at its hello, then
+ * closed), while another uid is served.
+ */
+START_TEST(per_user_caps)
+{
+	enum { CONNS = 4 };
+	int fds[CONNS];
+
+	rokd_start("socket_group = nogroup\nmax_connections_per_user = 4\n"
+	           "max_waits_per_user = 4\nmax_followers_per_user = 2");
+	for (int i = 0; i < CONNS; i++)
+		fds[i] = rc_hello();
+	/* The fifth connection is told why at its hello, then closed. */
+	int extra = rc_connect();
+	ck_assert_int_ge(extra, 0);
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__Hello h = ROK__V1__HELLO__INIT;
+	h.protocol_version = 1;
+	req.id = 1;
+	req.body_case = ROK__V1__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	rc_send(extra, &req);
+	rc_expect_cap(extra, 1, "max_connections_per_user");
+	ck_assert(rc_closed(extra));
+	close(extra);
+
+	/* Streams, then waits, counted over the uid's connections. */
+	uint64_t sleeper = rc_spawn(fds[0], "sleep", "1h");
+	rc_logs_req(fds[0], 50, sleeper, true);
+	rc_logs_req(fds[1], 51, sleeper, true);
+	rc_logs_req(fds[2], 52, sleeper, true);
+	rc_expect_cap(fds[2], 52, "max_followers_per_user");
+	rc_join_req(fds[2], 53, &sleeper);
+	rc_join_req(fds[3], 54, &sleeper);
+	rc_join_req(fds[3], 55, &sleeper);
+	rc_expect_cap(fds[3], 55, "max_waits_per_user");
+
+	if (geteuid() == 0) {
+		/* Another uid is served meanwhile: connect, wait, stream. */
+		pid_t pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			if (rc_become_nobody() != 0)
+				_exit(10);
+			int c = rc_connect();
+			if (c < 0)
+				_exit(11);
+			rc_send(c, &req);
+			Response *r = rc_recv(c);
+			if (r == NULL || r->error != NULL)
+				_exit(12);
+			rc_spawn_req(c, 2, "sleep", "1h", false, 0);
+			r = rc_recv(c);
+			if (r == NULL || r->error != NULL)
+				_exit(13);
+			uint64_t own = r->spawn->id;
+			rc_logs_req(c, 3, own, true);
+			rc_join_req(c, 4, &own);
+			Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
+			cr.ids = &own;
+			cr.n_ids = 1;
+			req.id = 5;
+			req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
+			req.cancel = &cr;
+			rc_send(c, &req);
+			/* The cancel's reply, the stream's end, the join's
+			 * reply: in any order, none an error. */
+			for (int i = 0; i < 3; i++) {
+				r = rc_recv(c);
+				if (r == NULL || r->error != NULL)
+					_exit(14);
+			}
+			_exit(0);
+		}
+		int status;
+		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		              "another uid: step %d failed",
+		              WEXITSTATUS(status));
+	}
+
+	/* Closing a connection gives its slot back. */
+	close(fds[1]);
+	int again = -1;
+	for (int i = 0; i < 1000 && again < 0; i++) {
+		int fd = rc_connect();
+		ck_assert_int_ge(fd, 0);
+		req.id = 1;
+		req.body_case = ROK__V1__REQUEST__BODY_HELLO;
+		req.hello = &h;
+		rc_send(fd, &req);
+		Response *r = rc_recv(fd);
+		if (r != NULL && r->error == NULL)
+			again = fd;
+		else
+			close(fd);
+		if (r != NULL)
+			rok__v1__response__free_unpacked(r, NULL);
+		if (again < 0)
+			test_sleep_ms(10);
+	}
+	ck_assert_int_ge(again, 0);
+	rc_ping_ok(again);
+	close(again);
+	for (int i = 0; i < CONNS; i++)
+		if (i != 1)
+			close(fds[i]);
+	rokd_stop();
+}
+END_TEST
+
 static Suite *rokd_suite(void)
 {
 	const struct test_case cases[] = {
@@ -1226,6 +1514,7 @@ static Suite *rokd_suite(void)
 		{ "durations", durations_bounded },
 		{ "bad_frames", bad_frames },
 		{ "many_ids", many_ids_one_join },
+		{ "amplification", amplification },
 		{ "lazy_client", client_that_does_not_read },
 		{ "thousand_conns", thousand_connections },
 		{ "sigterm", sigterm_answers_in_flight },
@@ -1233,6 +1522,7 @@ static Suite *rokd_suite(void)
 		{ "perm_user", permissions_user_daemon },
 		{ "logs_stream", logs_stream },
 		{ "logs_slow_reader", logs_slow_reader },
+		{ "per_user_caps", per_user_caps },
 	};
 
 	return TEST_SUITE("rokd", cases, 60);

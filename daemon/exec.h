@@ -1,9 +1,9 @@
 /*
  * exec.h — the private interface between the files of the exec kind:
  * exec.c (the kind: spec check, the supervising task, the outcome),
- * exec-spawn.c (who the child runs as, starting it), exec-output.c (the
- * capture file) and exec-orphans.c (what a run left behind when rokd
- * died).  Threads: everything here runs on the worker that polls
+ * exec-spawn.c (starting the child), exec-user.c (who it runs as),
+ * exec-output.c (the capture file) and exec-orphans.c (what a run left
+ * behind when rokd died).  Threads: everything here runs on the worker that polls
  * the exec task, except where said.
  */
 #ifndef ROKD_EXEC_H
@@ -15,6 +15,22 @@
 #include <sys/types.h>
 
 #include "rok/rok.h"
+
+/* ---- exec-user.c ------------------------------------------------------ */
+
+/* The submitter's account, looked up (and cached) for the child. */
+struct exec_user {
+	uid_t uid;
+	gid_t gid;
+	size_t ngroups;
+	gid_t *groups;              /* malloc'd */
+	char *name, *home, *shell;  /* malloc'd */
+};
+
+/* Looks `uid` up in the user database: 0, -ENOENT (no such user), or
+ * -errno.  Fills *u with copies (exec_user_done frees them).  Any thread. */
+int exec_user_get(uid_t uid, struct exec_user *u);
+void exec_user_done(struct exec_user *u);
 
 /* ---- exec-spawn.c ----------------------------------------------------- */
 
@@ -33,22 +49,9 @@ struct exec_start {
 	const gid_t *groups;
 };
 
-/* The submitter's account, looked up (and cached) for the child. */
-struct exec_user {
-	uid_t uid;
-	gid_t gid;
-	size_t ngroups;
-	gid_t *groups;              /* malloc'd */
-	char *name, *home, *shell;  /* malloc'd */
-};
-
 /* Main thread, once: /dev/null, and the ignored signals to undo in
  * children.  0 or -errno. */
 int exec_spawn_init(void);
-/* Looks `uid` up in the user database: 0, -ENOENT (no such user), or
- * -errno.  Fills *u with copies (exec_user_done frees them). */
-int exec_user_get(uid_t uid, struct exec_user *u);
-void exec_user_done(struct exec_user *u);
 
 /* rokd's /dev/null, opened once (O_RDONLY, close-on-exec). */
 int exec_devnull(void);

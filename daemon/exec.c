@@ -85,10 +85,13 @@ struct exec_job {
 	rok_sleep_op to_sleep, grace_sleep;
 	bool to_armed, grace_armed;
 	int64_t to_deadline, grace_deadline;
+	struct exec_req *req;       /* the start, until its answer came */
 	rok_oneshot *req_done;      /* the spawner's answer, until received */
 	rok_oneshot *wake;
 	rok_chan_op wake_op;
 	bool woken;
+	bool more;                  /* a pipe still had bytes: drain again */
+	bool yielded;               /* rok_yield_now said pending */
 	_Atomic bool cancel_req;    /* set by exec_cancel (any thread) */
 	/* How it went. */
 	int phase;
@@ -373,6 +376,7 @@ static int exec_start(struct exec_job *j)
 	exec_out_forget(j->id);
 	r->child[0] = r->child[1] = r->child[2] = -1;
 	r->pidfd = -1;
+	r->owner = j->uid;
 	bool change = config.root && j->uid != 0;
 	if (change || j->clean_env) {
 		err = exec_user_get(j->uid, &r->user);
@@ -436,6 +440,7 @@ static int exec_start(struct exec_job *j)
 		.ngroups = r->user.ngroups,
 		.groups = r->user.groups,
 	};
+	j->req = r;
 	j->req_done = r->done;
 	exec_spawn_submit(r);
 	return 0;
@@ -464,19 +469,30 @@ static void exec_record_group(struct exec_job *j)
 	journal_exec_started(j->id, j->pid, start);
 }
 
-/* Await: the spawner's answer.  Takes the child (pid, pidfd) or the reason
- * it did not start, in the poll that receives it (kept if that poll also
- * sees a cancel: the cleanup then kills the child). */
+/*
+ * Await: the spawner's answer, or the timeout first (then the start is
+ * given up: a child stuck on its way, in a path on a hung mount say, is
+ * killed, and the answer follows).  Takes the child (pid, pidfd) or the
+ * reason it did not start, in the poll that receives it (kept if that poll
+ * also sees a cancel: the cleanup then kills the child).
+ */
 static rok_poll exec_await_start(rok_cx *cx, struct exec_job *j)
 {
 	void *v = NULL;
 	int err;
 
+	if (j->to_armed &&
+	    rok_sleep_until(cx, &j->to_sleep, j->to_deadline) == ROK_READY) {
+		j->to_armed = false;
+		j->end_how = RT_TIMED_OUT;
+		exec_spawn_kill(j->req);
+	}
 	if (rok_oneshot_recv(cx, &j->wake_op, j->req_done, &v, &err) ==
-	    ROK_PENDING)
+	    ROK_PENDING || cx->releasing)
 		return ROK_PENDING;
 	(void)rok_oneshot_drop_receiver(j->req_done);
 	j->req_done = NULL;
+	j->req = NULL;
 	j->wake_op = (rok_chan_op){ 0 };
 	struct exec_req *r = v;
 	if (r == NULL) {
@@ -489,7 +505,7 @@ static rok_poll exec_await_start(rok_cx *cx, struct exec_job *j)
 		r->pid = 0;
 		r->pidfd = -1;
 		exec_record_group(j);
-	} else {
+	} else if (j->end_how == RT_SUCCEEDED) {
 		exec_fail(j, "%s", r->reason);
 	}
 	exec_req_free(r, false);
@@ -551,6 +567,19 @@ static rok_poll exec_wait(rok_cx *cx, struct exec_job *j)
 		j->grace_armed = false;
 		ready = true;
 	}
+	/* A pipe left with bytes (EXEC_DRAIN_BUDGET): ready again once every
+	 * other ready task had the worker.  A yield that said pending is
+	 * always taken back (it leaves a flag on the task). */
+	if (j->yielded) {
+		(void)rok_yield_now(cx);
+		j->yielded = false;
+		ready = true;
+	} else if (j->more && !cx->releasing) {
+		if (rok_yield_now(cx) == ROK_READY)
+			ready = true;
+		else
+			j->yielded = true;
+	}
 	return ready && !cx->releasing ? ROK_READY : ROK_PENDING;
 }
 
@@ -567,12 +596,22 @@ static void exec_release(rok_cx *cx, struct exec_job *j)
 	j->woken = true;
 }
 
-/* Reads what a pipe holds: until it would block, or its end. */
-static void exec_drain(rok_cx *cx, struct exec_job *j, int i)
+/*
+ * Reads what a pipe holds: until it would block, or its end, or `budget`
+ * reads (then j->more: a child that writes without pause must not keep the
+ * worker from other tasks; the next exec_wait yields first).  The
+ * readiness edge was consumed, so the pipe must be read again without
+ * awaiting it.  budget 0: no limit (the last reads, the child reaped).
+ */
+static void exec_drain(rok_cx *cx, struct exec_job *j, int i, int budget)
 {
 	uint8_t buf[32768];
 
-	while (j->outfd[i] >= 0) {
+	for (int reads = 0; j->outfd[i] >= 0; reads++) {
+		if (budget > 0 && reads == budget) {
+			j->more = true;
+			return;
+		}
 		ssize_t n = read(j->outfd[i], buf, sizeof(buf));
 		if (n > 0) {
 			exec_out_append(&j->out, i + 1, buf, (size_t)n);
@@ -606,12 +645,22 @@ static void exec_feed(rok_cx *cx, struct exec_job *j)
 	exec_close(cx, &j->io_in, &j->infd, true);
 }
 
-/* Starts the kill sequence (cancel, timeout): SIGTERM to the group now. */
+/* To the leader through its pidfd (it may have left its group: a session
+ * leader cannot, but a cgroup-less kernel has no other hold on it) and to
+ * its process group.  Only while the leader is unreaped, so its pid and
+ * group id are still ours. */
+static void exec_signal(struct exec_job *j, int sig)
+{
+	(void)syscall(SYS_pidfd_send_signal, j->pidfd, sig, NULL, 0);
+	(void)kill(-j->pid, sig);
+}
+
+/* Starts the kill sequence (cancel, timeout): SIGTERM now. */
 static void exec_terminate(struct exec_job *j, int how)
 {
 	j->end_how = how;
 	j->phase = EXEC_TERM;
-	(void)kill(-j->pid, SIGTERM);
+	exec_signal(j, SIGTERM);
 	j->grace_deadline = rok_now() + j->grace_ns;
 	if (j->grace_deadline < 0)
 		j->grace_deadline = INT64_MAX;
@@ -619,7 +668,7 @@ static void exec_terminate(struct exec_job *j, int how)
 }
 
 /* Looks at the leader: reaps it once it has exited, after killing what is
- * left of its group.  True once reaped. */
+ * left of its group.  True once reaped.  Never waits. */
 static bool exec_reap(struct exec_job *j)
 {
 	siginfo_t si;
@@ -631,31 +680,38 @@ static bool exec_reap(struct exec_job *j)
 	/* The leader is a zombie: the group id cannot be reused yet. */
 	(void)kill(-j->pid, SIGKILL);
 	memset(&j->si, 0, sizeof(j->si));
-	while (waitid(P_PIDFD, (id_t)j->pidfd, &j->si, WEXITED) != 0) {
-		if (errno != EINTR) {
-			log_errno(errno, "task %llu: waitid",
-			          (unsigned long long)j->id);
-			break;
-		}
+	if (waitid(P_PIDFD, (id_t)j->pidfd, &j->si, WEXITED | WNOHANG) != 0 ||
+	    j->si.si_pid == 0) {
+		/* A zombie is reaped at once; anything else is a bug. */
+		log_errno(errno, "task %llu: waitid", (unsigned long long)j->id);
+		return false;
 	}
 	j->reaped = true;
 	return true;
 }
 
-/* A cancel whose body could not wait (runtime cancel): kill and reap now. */
+/* A cancel whose body could not wait (runtime cancel, daemon stop): kill
+ * and reap now, waiting a bounded time. */
 static void exec_kill_now(struct exec_job *j)
 {
 	if (j->pid == 0 || j->reaped)
 		return;
-	(void)kill(-j->pid, SIGKILL);
-	memset(&j->si, 0, sizeof(j->si));
-	while (waitid(P_PIDFD, (id_t)j->pidfd, &j->si, WEXITED) != 0 &&
-	       errno == EINTR)
-		;
+	int err = exec_kill_reap(j->pid, j->pidfd, &j->si);
+	if (err < 0) {
+		log_errno(err, "task %llu: pid %d did not end after SIGKILL; it "
+		          "is left unreaped", (unsigned long long)j->id,
+		          (int)j->pid);
+		memset(&j->si, 0, sizeof(j->si));
+		j->si.si_code = CLD_KILLED;
+		j->si.si_status = SIGKILL;
+	}
 	j->reaped = true;
 	if (j->end_how == RT_SUCCEEDED)
 		j->end_how = RT_CANCELLED;
 }
+
+/* Up to this many reads of 32 KiB per pipe per poll. */
+#define EXEC_DRAIN_BUDGET 8
 
 static rok_poll exec_poll(rok_cx *cx, void *frame)
 {
@@ -663,25 +719,38 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 	struct exec_job *j = f->job;
 
 	ROK_BEGIN(cx);
-	if (j == NULL || exec_start(j) < 0)
+	if (j == NULL)
 		ROK_RETURN(cx, NULL);
-	ROK_AWAIT(cx, exec_await_start(cx, j));
-	if (j->start_failed)
-		ROK_RETURN(cx, NULL);
-	if (rok_oneshot_new(&j->wake) < 0)
-		j->wake = NULL;   /* cancel then only works at its timeout */
-	else
-		tasktab_set_ctl(j->rec, j);
+	/* From here: a child stuck before exec times out too. */
 	if (j->timeout_ns > 0) {
 		j->to_deadline = rok_now() + j->timeout_ns;
 		if (j->to_deadline < 0)
 			j->to_deadline = INT64_MAX;
 		j->to_armed = true;
 	}
+	if (exec_start(j) < 0) {
+		j->to_armed = false;   /* never awaited */
+		ROK_RETURN(cx, NULL);
+	}
+	ROK_AWAIT(cx, exec_await_start(cx, j));
+	if (j->start_failed || j->pid == 0) {
+		exec_release(cx, j);
+		ROK_RETURN(cx, NULL);
+	}
+	if (j->end_how != RT_SUCCEEDED) {
+		/* Timed out on its way: killed already; make sure. */
+		j->phase = EXEC_KILL;
+		exec_signal(j, SIGKILL);
+	}
+	if (rok_oneshot_new(&j->wake) < 0)
+		j->wake = NULL;   /* cancel then only works at its timeout */
+	else
+		tasktab_set_ctl(j->rec, j);
 	for (;;) {
 		ROK_AWAIT(cx, exec_wait(cx, j));
-		exec_drain(cx, j, 0);
-		exec_drain(cx, j, 1);
+		j->more = false;
+		exec_drain(cx, j, 0, EXEC_DRAIN_BUDGET);
+		exec_drain(cx, j, 1, EXEC_DRAIN_BUDGET);
 		exec_feed(cx, j);
 		if (exec_reap(j))
 			break;
@@ -693,20 +762,24 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 			exec_terminate(j, RT_TIMED_OUT);
 		else if (j->phase == EXEC_TERM && now >= j->grace_deadline) {
 			j->phase = EXEC_KILL;
-			(void)kill(-j->pid, SIGKILL);
+			exec_signal(j, SIGKILL);
 		}
 	}
-	exec_drain(cx, j, 0);
-	exec_drain(cx, j, 1);
+	/* The group is dead: what is left in the pipes is all there is. */
+	exec_drain(cx, j, 0, 0);
+	exec_drain(cx, j, 1, 0);
 	exec_release(cx, j);
 	ROK_CLEANUP(cx);
 	if (j != NULL) {
 		if (j->req_done != NULL) {
-			/* Cancelled while the child started: the spawner (or
-			 * we, if it answered already) kills and reaps it. */
+			/* Cancelled while the child started: a child stuck
+			 * on its way is killed now, and the spawner (or we,
+			 * if it answered already) reaps it. */
+			exec_spawn_kill(j->req);
 			exec_req_free(rok_oneshot_drop_receiver(j->req_done),
 			              true);
 			j->req_done = NULL;
+			j->req = NULL;
 		}
 		if (j->wake != NULL) {
 			/* After this no exec_cancel runs for j. */
@@ -755,14 +828,15 @@ static void exec_finish(void *frame, int how, struct rt_outcome *o)
 	if (j->start_failed) {
 		o->state = RT_FAILED;
 		snprintf(o->reason, sizeof(o->reason), "%s", j->reason);
-	} else if (j->reaped) {
-		if (j->si.si_code == CLD_EXITED) {
+	} else {
+		if (j->reaped && j->si.si_code == CLD_EXITED) {
 			o->has_exit_code = true;
 			o->exit_code = j->si.si_status;
-		} else {
+		} else if (j->reaped) {
 			o->has_signal = true;
 			o->signal = j->si.si_status;
 		}
+		/* end_how: also a timeout before the child was up. */
 		if (how == RT_SUCCEEDED && j->end_how != RT_SUCCEEDED)
 			o->state = j->end_how;
 		else if (how == RT_SUCCEEDED)

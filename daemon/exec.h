@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -49,8 +50,9 @@ struct exec_start {
 	const gid_t *groups;
 };
 
-/* Main thread, once: /dev/null, and the ignored signals to undo in
- * children.  0 or -errno. */
+/* Main thread, once: /dev/null, the ignored signals to undo in children,
+ * the limits to restore in them (exec_limits_save, rokd.h), the first
+ * spawner thread.  0 or -errno. */
 int exec_spawn_init(void);
 
 /* rokd's /dev/null, opened once (O_RDONLY, close-on-exec). */
@@ -60,7 +62,7 @@ int exec_devnull(void);
 bool exec_available(void);
 
 /*
- * A request to the spawner thread.  The request owns everything it points
+ * A request to the spawner threads.  The request owns everything it points
  * to (moved in by the exec task) and the child's ends of the pipes; the
  * spawner frees what only the child needed and closes the child's fds.
  */
@@ -69,24 +71,43 @@ struct exec_req {
 	char **argv, **env, **paths;  /* malloc'd, NULL-terminated */
 	char *cwd;
 	struct exec_user user;
+	uid_t owner;                /* the submitter: SPAWN_PER_UID */
 	int child[3];               /* closed by the spawner; -1: none */
 	rok_oneshot *done;          /* the spawner sends the request back */
+	/* Under the spawner lock. */
+	int state;                  /* queued, starting, done */
+	int kill;                   /* exec_spawn_kill: the task gave up */
 	/* Out. */
 	pid_t pid;                  /* > 0: started; then pidfd is open */
-	int pidfd;
+	int pidfd;                  /* -1 until started */
 	char reason[160];           /* why not started, for people */
 	struct exec_req *next;
 };
 
 /*
- * Queues r for the spawner thread, which starts the child and sends r
- * back through r->done; if the receiver is gone by then, the spawner kills
- * and reaps the child and frees r itself.  Any thread.
+ * Queues r for a spawner thread, which starts the child and sends r back
+ * through r->done; if the receiver is gone by then, the spawner kills and
+ * reaps the child and frees r itself.  Any thread.
  */
 void exec_spawn_submit(struct exec_req *r);
+/*
+ * The task gives up on r's start (timeout, cancel): a child not yet up
+ * never starts, one on its way (stuck in chdir or execve, say) gets
+ * SIGKILL.  r is still answered through r->done.  Any thread, while r is
+ * the spawner's or in the oneshot (before the receiver is dropped).
+ */
+void exec_spawn_kill(struct exec_req *r);
 /* Frees a request the exec task received: kills (SIGKILL) and reaps a
  * child it could no longer supervise when `kill_child`. */
 void exec_req_free(struct exec_req *r, bool kill_child);
+/*
+ * Sends SIGKILL to pid through its pidfd and to its process group, and
+ * reaps it (into *si), waiting for it to be gone for a bounded time: 0, or
+ * -ETIMEDOUT (then it is left unreaped), or -errno.  pid must be an
+ * unreaped child of rokd's, so that its group id is still its own.  Any
+ * thread; may block up to a few seconds for a process that does not die.
+ */
+int exec_kill_reap(pid_t pid, int pidfd, siginfo_t *si);
 
 /* ---- exec-orphans.c --------------------------------------------------- */
 

@@ -8,25 +8,35 @@
  * bytes remain to be fed, a timer (the task's timeout, then the kill
  * grace), and a oneshot that the cancel hook fires — by polling each
  * awaitable in turn in the same poll (exec_wait), so that any of them wakes
- * the task.  All fds are non-blocking and awaited through the reactor.
+ * the task.  All fds are non-blocking and awaited through the reactor.  A
+ * pipe is read at most EXEC_DRAIN_BUDGET times per poll: a child that
+ * writes without pause gets the worker back after other ready tasks had it
+ * (a yield), not for as long as it keeps writing.
  *
- * Exactly one reaper: the child is reaped by this task with
- * waitid(P_PIDFD), nowhere else (rokd has no SIGCHLD handler and leaves
- * SIGCHLD at its default), so the pid cannot be reused while the task holds
- * the pidfd, and every kill(-pgid) below happens while the leader is at
- * most a zombie, so the group id still names our group.
+ * Exactly one reaper per child: this task, with waitid(P_PIDFD) (or the
+ * spawner, for a child that never got to this task), nowhere else (rokd
+ * has no SIGCHLD handler and leaves SIGCHLD at its default), so the pid
+ * cannot be reused while the task holds the pidfd, and every kill(-pgid)
+ * below happens while the leader is at most a zombie, so the group id
+ * still names our group.  No wait blocks: the reaps here follow a readable
+ * pidfd (WNOHANG), and the one that cannot await (exec_kill_now) waits a
+ * bounded time after SIGKILL.
  *
  * Cancel and timeout.  A cancel of a running exec task does not cancel the
  * runtime task (whose cleanup may not wait): tasktab calls exec_cancel,
  * which sets a flag and fires the oneshot.  The body then sends SIGTERM to
- * the process group, SIGKILL after the grace (TaskSpec.kill_grace_ms, else
- * config kill_grace), reaps, and only then ends, as cancelled or timed_out.
- * The kind enforces its timeout itself the same way (own_timeout).  A task
- * cancelled before its child started never starts one.  race --cancel-rest
- * and select cancel their losers through the task table too.  A
- * runtime-level cancel (rok_stop at the end of a daemon stop, or a cancel
- * that comes while the child is being started) cannot wait: the cleanup
- * section sends SIGKILL to the group and reaps at once.
+ * the leader (through its pidfd) and to its process group, SIGKILL after
+ * the grace (TaskSpec.kill_grace_ms, else config kill_grace), reaps, and
+ * only then ends, as cancelled or timed_out.  The child leads its own
+ * session, so it cannot move to another group; the pidfd reaches it all
+ * the same.  The kind enforces its timeout itself the same way
+ * (own_timeout), from before the child starts: a child stuck on its way
+ * (chdir or execve on a hung mount) is killed at the timeout
+ * (exec_spawn_kill).  A task cancelled before its child started never
+ * starts one.  race --cancel-rest and select cancel their losers through
+ * the task table too.  A runtime-level cancel (rok_stop at the end of a
+ * daemon stop, or a cancel that comes while the child is being started)
+ * cannot wait: the cleanup section sends SIGKILL and reaps at once.
  *
  * When the leader exits, whatever is left of its process group is killed
  * (SIGKILL, before the leader is reaped), as systemd does for a unit's

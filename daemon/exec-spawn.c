@@ -23,7 +23,7 @@
  * session and process group and has no controlling terminal, so it cannot
  * push input into rokd's terminal with TIOCSTI, and as a session leader it
  * cannot move itself to another group and out of reach of the group's
- * signals), the three fds, close everything else (every rokd fd is
+ * signals), its cgroup (exec-cgroup.c, where there is one), the three fds, close everything else (every rokd fd is
  * close-on-exec anyway: close_range is a backstop), the resource limits
  * rokd was started with (exec_limits_save: rokd raises RLIMIT_NOFILE for
  * itself, its tasks get what they would have had), drop to the submitter
@@ -311,6 +311,8 @@ EXEC_CHILD static int exec_child_main(void *arg)
 		        sizeof(uint64_t));
 	if (syscall(SYS_setsid) < 0)
 		exec_child_fail(fail, "setsid", 0);
+	if (s->cgroup >= 0 && syscall(SYS_write, s->cgroup, "0", 1) != 1)
+		exec_child_fail(fail, "joining its cgroup", 0);
 	for (int i = 0; i < 3; i++) {
 		/* dup3 refuses old == new; the fds are never 0-2 here (rokd
 		 * keeps its own 0-2 open), but be safe: clear CLOEXEC then. */

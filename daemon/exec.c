@@ -88,6 +88,7 @@ struct exec_job {
 	int pidfd;
 	int outfd[2];               /* our ends of stdout, stderr; -1: closed */
 	int infd;                   /* our end of stdin; -1: none/closed */
+	struct exec_cgroup cg;      /* dir -1: none */
 	bool reaped;
 	siginfo_t si;
 	/* Waits. */
@@ -119,7 +120,10 @@ int exec_init(void)
 {
 	int err = exec_output_init();
 
-	return err < 0 ? err : exec_spawn_init();
+	if (err < 0)
+		return err;
+	exec_cgroup_init();
+	return exec_spawn_init();
 }
 
 /* ---- spec check and copy (reactor thread) -------------------------------- */
@@ -218,6 +222,7 @@ static void exec_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 	j->id = tasktab_id(r);
 	j->uid = tasktab_uid(r);
 	j->pidfd = j->infd = -1;
+	j->cg.dir = j->cg.procs = -1;
 	j->outfd[0] = j->outfd[1] = -1;
 	j->argv = exec_strv(spec->args, spec->n_args);
 	j->env = exec_strv(spec->env, spec->n_env);
@@ -384,6 +389,10 @@ static int exec_start(struct exec_job *j)
 		return -1;
 	}
 	exec_out_forget(j->id);
+	if ((err = exec_cgroup_new(j->id, &j->cg)) < 0) {
+		exec_fail(j, "its cgroup: %s", strerror(-err));
+		goto fail;
+	}
 	r->child[0] = r->child[1] = r->child[2] = -1;
 	r->pidfd = -1;
 	r->owner = j->uid;
@@ -444,6 +453,7 @@ static int exec_start(struct exec_job *j)
 		.paths = r->paths,
 		.cwd = r->cwd,
 		.fds = { r->child[0], r->child[1], r->child[2] },
+		.cgroup = j->cg.procs,
 		.change_creds = change,
 		.uid = j->uid,
 		.gid = r->user.gid,
@@ -663,6 +673,8 @@ static void exec_signal(struct exec_job *j, int sig)
 {
 	(void)syscall(SYS_pidfd_send_signal, j->pidfd, sig, NULL, 0);
 	(void)kill(-j->pid, sig);
+	if (sig == SIGKILL)
+		exec_cgroup_kill(&j->cg);
 }
 
 /* Starts the kill sequence (cancel, timeout): SIGTERM now. */
@@ -689,6 +701,7 @@ static bool exec_reap(struct exec_job *j)
 		return false;
 	/* The leader is a zombie: the group id cannot be reused yet. */
 	(void)kill(-j->pid, SIGKILL);
+	exec_cgroup_kill(&j->cg);
 	memset(&j->si, 0, sizeof(j->si));
 	if (waitid(P_PIDFD, (id_t)j->pidfd, &j->si, WEXITED | WNOHANG) != 0 ||
 	    j->si.si_pid == 0) {
@@ -706,6 +719,7 @@ static void exec_kill_now(struct exec_job *j)
 {
 	if (j->pid == 0 || j->reaped)
 		return;
+	exec_cgroup_kill(&j->cg);
 	int err = exec_kill_reap(j->pid, j->pidfd, &j->si);
 	if (err < 0) {
 		log_errno(err, "task %llu: pid %d did not end after SIGKILL; it "
@@ -810,6 +824,8 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 			j->pidfd = -1;
 		}
 		exec_out_done(&j->out);
+		/* Empty by now, unless killed processes are still exiting. */
+		exec_cgroup_done(&j->cg, j->id);
 	}
 	ROK_END(cx);
 }

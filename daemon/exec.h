@@ -43,6 +43,7 @@ struct exec_start {
 	char *const *paths;         /* candidates for argv[0], in PATH order */
 	const char *cwd;            /* NULL: rokd's */
 	int fds[3];                 /* become the child's 0, 1, 2 */
+	int cgroup;                 /* cgroup.procs to join; -1: none */
 	bool change_creds;
 	uid_t uid;
 	gid_t gid;
@@ -138,6 +139,24 @@ struct exec_orphans_group {
  * many groups were killed.
  */
 size_t exec_orphans_kill(struct exec_orphans_group *g, size_t n);
+
+/* ---- exec-cgroup.c ---------------------------------------------------- */
+
+/* One task's cgroup; both -1 when there is none. */
+struct exec_cgroup {
+	int dir;                    /* the cgroup's directory */
+	int procs;                  /* its cgroup.procs, for the child */
+};
+
+/* Main thread, at exec_init: finds out whether rokd can make a cgroup per
+ * task, and says which way it is. */
+void exec_cgroup_init(void);
+/* Makes task id's cgroup (nothing when there are none): 0 or -errno. */
+int exec_cgroup_new(uint64_t id, struct exec_cgroup *c);
+/* SIGKILL to every process in the cgroup (cgroup.kill).  Any thread. */
+void exec_cgroup_kill(const struct exec_cgroup *c);
+/* Closes the fds and removes the cgroup (now, or once it is empty). */
+void exec_cgroup_done(struct exec_cgroup *c, uint64_t id);
 
 /* ---- exec-output.c ---------------------------------------------------- */
 

@@ -102,6 +102,22 @@
 #define EXEC_CHILD __attribute__((no_sanitize("address", "thread")))
 #endif
 
+/* ThreadSanitizer intercepts clone() and runs its fork bookkeeping in the
+ * child, which with CLONE_VM is the parent's own state (it aborts); glibc's
+ * __clone is the same function without the interceptor.  The child is not
+ * instrumented anyway. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define EXEC_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(EXEC_TSAN)
+extern int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
+#define exec_clone __clone
+#else
+#define exec_clone clone
+#endif
+
 /* The kernel's struct rlimit64, for the raw prlimit64 call. */
 struct exec_rlim {
 	uint64_t cur, max;
@@ -508,9 +524,9 @@ static void exec_spawner_run(struct exec_req *r, void *stack)
 	const char *step = "clone";
 
 	/* r->pidfd is -1 (exec_start) until the kernel stores the child's. */
-	pid_t pid = clone(exec_child_main, stack,
-	                  CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &a,
-	                  &r->pidfd);
+	pid_t pid = exec_clone(exec_child_main, stack,
+	                       CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
+	                       &a, &r->pidfd);
 	int err = pid < 0 ? errno : 0;
 	pthread_mutex_lock(&spawn.lock);
 	r->state = SPAWN_DONE;   /* exec_spawn_kill leaves the pidfd alone */

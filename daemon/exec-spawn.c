@@ -1,65 +1,129 @@
 /*
- * exec-spawn.c — starting an exec task's child: who it runs as, and the
- * vfork + execve itself.
+ * exec-spawn.c — starting an exec task's child: the clone + execve itself,
+ * on a few spawner threads.
  *
  * glibc's posix_spawn cannot change uids or groups, so children start with
- * vfork().  The child shares rokd's memory until it execs, and rokd has
- * other threads running, so the child makes raw system calls only: no
- * malloc, no locks, no glibc wrapper that touches process-wide state.  In
- * particular setgroups/setresgid/setresuid are syscall(SYS_...) and not the
- * glibc functions, which broadcast the change to every thread of the
- * process (they would reach rokd's threads through the shared memory).
- * Signal dispositions and the mask go through the raw rt_sig* calls too, and
- * the child leaves with exit_group, not _exit (which sanitizers intercept).
+ * clone(CLONE_VM | CLONE_VFORK): vfork on a stack of the spawner's own,
+ * plus CLONE_PIDFD (below).  The child shares rokd's memory until it execs,
+ * and rokd has other threads running, so the child makes raw system calls
+ * only: no malloc, no locks, no glibc wrapper that touches process-wide
+ * state.  In particular setgroups/setresgid/setresuid are syscall(SYS_...)
+ * and not the glibc functions, which broadcast the change to every thread
+ * of the process (they would reach rokd's threads through the shared
+ * memory).  Signal dispositions and the mask go through the raw rt_sig*
+ * calls too, and the child leaves with exit_group, not _exit (which
+ * sanitizers intercept); the child's functions are not instrumented by the
+ * sanitizers (EXEC_CHILD), whose state is the spawner's.
  *
- * The parent blocks every signal around vfork() so that no handler runs in
- * the child on the parent's stack; the child resets every disposition that
- * is not the default (SIGPIPE, which rokd ignores; sanitizer handlers) and
- * unblocks everything just before execve.  Order in
- * the child: reset signals, own process group, the three fds, close
- * everything else (every rokd fd is close-on-exec anyway: close_range is a
- * backstop), drop to the submitter (setgroups, setresgid, setresuid), chdir
- * (with the submitter's rights), PR_SET_PDEATHSIG (after the credential
- * change, which clears it), check that the parent is still rokd, execve for
- * each PATH candidate.  A step that fails stores its errno and its name in
- * memory the parent sees (vfork shares it) and exits 127; the parent reaps
- * that child and returns the error, so a typo in a command is a failed task
- * with a reason, not a daemon error.
+ * A spawner runs with every signal blocked, so no handler runs in the child
+ * on rokd's memory; the child resets every disposition that is not the
+ * default (SIGPIPE, which rokd ignores; sanitizer handlers) and unblocks
+ * everything just before execve.  Order in the child: give up if the task
+ * did, reset signals, a session of its own (setsid: the child leads a new
+ * session and process group and has no controlling terminal, so it cannot
+ * push input into rokd's terminal with TIOCSTI, and as a session leader it
+ * cannot move itself to another group and out of reach of the group's
+ * signals), its cgroup (exec-cgroup.c, where there is one), the three fds, close everything else (every rokd fd is
+ * close-on-exec anyway: close_range is a backstop), the resource limits
+ * rokd was started with (exec_limits_save: rokd raises RLIMIT_NOFILE for
+ * itself, its tasks get what they would have had), drop to the submitter
+ * (setgroups, setresgid, setresuid), chdir (with the submitter's rights),
+ * PR_SET_PDEATHSIG (after the credential change, which clears it), check
+ * that the parent is still rokd, execve for each PATH candidate.  A step
+ * that fails stores its errno and its name in memory the parent sees and
+ * exits 127; the parent reaps that child and returns the error, so a typo
+ * in a command is a failed task with a reason, not a daemon error.
  *
- * PR_SET_PDEATHSIG fires when the *thread* that forked exits.  Runtime
- * workers do not qualify: a worker stuck in a call is handed off to a
- * helper thread that retires later, and children forked there were killed
- * when it did.  So every child is forked by one spawner thread that rokd
- * starts at boot and never stops: exec tasks queue a request (a mutex and a
- * condition variable) and await a oneshot that the spawner sends the
- * request back through.  One thread is enough: vfork suspends only it, and
- * only until the child execs (tens of microseconds), and it keeps that
- * stall off the workers.  If the task is gone when the spawner answers (it
- * was cancelled while its child started), the spawner kills and reaps the
- * child itself.
+ * Spawner threads.  PR_SET_PDEATHSIG fires when the *thread* that forked
+ * exits.  Runtime workers do not qualify (a worker stuck in a call is
+ * handed off to a helper thread that retires later, and children forked
+ * there would die with it), so children are started by spawner threads
+ * that never exit: exec tasks queue a request (a mutex and a condition
+ * variable) and await a oneshot that the spawner sends the request back
+ * through.  CLONE_VFORK suspends the spawner until the child execs or
+ * exits: tens of microseconds, except that chdir and execve look up paths
+ * the user chose, and on a hung file system (a dead FUSE or NFS mount) that
+ * takes as long as the mount is dead.  So there are several spawners, up
+ * to SPAWN_THREADS, started on demand (one more whenever a request waits
+ * and no spawner is idle), and the starts of one user hold at most
+ * SPAWN_PER_UID of them: one user's hung path never holds another user's
+ * start.  A child stuck there is killed, not waited for: the kernel stores
+ * its pidfd in the request (CLONE_PIDFD) before the child runs, and
+ * exec_spawn_kill (the task's timeout or cancel) sends SIGKILL through it,
+ * which ends the spawner's vfork wait too.  The spawner lock orders that
+ * kill against the spawner closing the pidfd.  A request whose task gave
+ * up before the child was up is not started (the child looks first).  If
+ * the task is gone when the spawner answers, the spawner kills and reaps
+ * the child itself.  No wait is unbounded: every reap follows a SIGKILL and
+ * waits on the pidfd for at most EXEC_REAP_WAIT_NS (exec_kill_reap).
  *
- * The user database (getpwuid_r, getgrouplist) is read before forking, on
- * the worker: with /etc files that is a few hundred microseconds, and a
- * small cache (uid → account, 10 s) makes it rare; a slow NSS backend would
- * stall one worker, which the runtime's blocking detection then hands off.
+ * ROKD_TEST_EXEC_STALL, a test hook read once at start from rokd's own
+ * environment: a child whose program is exactly that path opens it for
+ * reading just before execve.  For a FIFO with no writer, that is a child
+ * stuck in the kernel in a path the user chose, as on a dead mount, which
+ * tests/exec.test needs to show that such a child holds no one else's
+ * start and that cancel and timeout kill it.  Unset, nothing changes.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
+#include <poll.h>
 #include <pthread.h>
-#include <pwd.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "exec.h"
 #include "rokd.h"
+
+#define SPAWN_THREADS 8
+#define SPAWN_PER_UID 4
+#define SPAWN_STACK (128 * 1024)
+/* How long a reap waits for a SIGKILLed child to be gone. */
+#define EXEC_REAP_WAIT_NS 2000000000ll
+
+/* What the child runs: no sanitizer instrumentation (its state belongs to
+ * the spawner thread, suspended meanwhile, and the child never returns to
+ * balance it). */
+#if defined(__clang__) && defined(__has_attribute)
+#if __has_attribute(disable_sanitizer_instrumentation)
+#define EXEC_CHILD __attribute__((disable_sanitizer_instrumentation))
+#endif
+#endif
+#ifndef EXEC_CHILD
+#define EXEC_CHILD __attribute__((no_sanitize("address", "thread")))
+#endif
+
+/* ThreadSanitizer intercepts clone() and runs its fork bookkeeping in the
+ * child, which with CLONE_VM is the parent's own state (it aborts); glibc's
+ * __clone is the same function without the interceptor.  The child is not
+ * instrumented anyway. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define EXEC_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(EXEC_TSAN)
+extern int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
+#define exec_clone __clone
+#else
+#define exec_clone clone
+#endif
+
+/* The kernel's struct rlimit64, for the raw prlimit64 call. */
+struct exec_rlim {
+	uint64_t cur, max;
+};
+
+enum { SPAWN_QUEUED, SPAWN_STARTING, SPAWN_DONE };
 
 static void *exec_spawner_main(void *arg);
 
@@ -67,22 +131,94 @@ static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct exec_req *head, *tail;   /* queued requests, FIFO */
+	unsigned threads, idle;         /* spawners; of which not starting */
+	bool busy[SPAWN_THREADS];
+	uid_t busy_uid[SPAWN_THREADS];  /* whose child a busy spawner starts */
+	void *stack[SPAWN_THREADS];     /* each spawner's child stack */
 	int devnull;
 	/* Signals not at SIG_DFL in rokd (ignored, or caught by a sanitizer
 	 * runtime): the child resets them before it unblocks signals, so no
 	 * handler of rokd's ever runs in the child, on rokd's memory. */
 	int reset[64];
 	int nreset;
+	/* The limits rokd started with, and which of them it changed since. */
+	bool lim_saved;
+	struct exec_rlim lim[RLIM_NLIMITS];
+	int restore[RLIM_NLIMITS];
+	int nrestore;
+	char *stall;                    /* ROKD_TEST_EXEC_STALL */
 } spawn = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.cond = PTHREAD_COND_INITIALIZER,
 	.devnull = -1,
 };
 
+static uint64_t exec_rlim_value(rlim_t v)
+{
+	return v == RLIM_INFINITY ? UINT64_MAX : (uint64_t)v;
+}
+
+void exec_limits_save(void)
+{
+	for (int r = 0; r < RLIM_NLIMITS; r++) {
+		struct rlimit rl;
+		if (getrlimit(r, &rl) != 0) {
+			/* Never restored: exec_spawn_init compares. */
+			spawn.lim[r].cur = spawn.lim[r].max = 0;
+			continue;
+		}
+		spawn.lim[r].cur = exec_rlim_value(rl.rlim_cur);
+		spawn.lim[r].max = exec_rlim_value(rl.rlim_max);
+	}
+	spawn.lim_saved = true;
+}
+
+/* Lock held: one more spawner thread; 0 or -errno. */
+static int exec_spawn_add_locked(void)
+{
+	unsigned i = spawn.threads;
+	sigset_t all, old;
+	pthread_t t;
+
+	if (i >= SPAWN_THREADS)
+		return -EAGAIN;
+	void *stack = mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE,
+	                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (stack == MAP_FAILED)
+		return -errno;
+	spawn.stack[i] = stack;
+	/* A spawner runs with every signal blocked and lives until the
+	 * process exits. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int err = pthread_create(&t, NULL, exec_spawner_main,
+	                         (void *)(uintptr_t)i);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err != 0) {
+		munmap(stack, SPAWN_STACK);
+		spawn.stack[i] = NULL;
+		return -err;
+	}
+	pthread_detach(t);
+	spawn.threads++;
+	spawn.idle++;   /* idle from now: it is about to look at the queue */
+	return 0;
+}
+
+/* Lock held: a request waits and no spawner is free to take it. */
+static void exec_spawn_grow_locked(void)
+{
+	if (spawn.head == NULL || spawn.idle > 0 ||
+	    spawn.threads >= SPAWN_THREADS)
+		return;
+	int err = exec_spawn_add_locked();
+	if (err < 0)
+		log_errno(err, "exec: starting spawner thread %u",
+		          spawn.threads + 1);
+}
+
 int exec_spawn_init(void)
 {
-	pthread_t t;
-	sigset_t all, old;
 	int err;
 
 	spawn.devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -96,16 +232,25 @@ int exec_spawn_init(void)
 		if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler != SIG_DFL)
 			spawn.reset[spawn.nreset++] = sig;
 	}
-	/* The spawner runs with every signal blocked (it blocks them around
-	 * vfork anyway); it lives until the process exits. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	err = pthread_create(&t, NULL, exec_spawner_main, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (err != 0)
-		return -err;
-	pthread_detach(t);
-	return 0;
+	spawn.nrestore = 0;
+	for (int r = 0; spawn.lim_saved && r < RLIM_NLIMITS; r++) {
+		struct rlimit rl;
+		if (spawn.lim[r].max == 0 && spawn.lim[r].cur == 0)
+			continue;   /* unknown, or 0 (nothing raised it) */
+		if (getrlimit(r, &rl) == 0 &&
+		    exec_rlim_value(rl.rlim_cur) == spawn.lim[r].cur &&
+		    exec_rlim_value(rl.rlim_max) == spawn.lim[r].max)
+			continue;
+		spawn.restore[spawn.nrestore++] = r;
+	}
+	const char *stall = getenv("ROKD_TEST_EXEC_STALL");
+	if (stall != NULL && stall[0] == '/' &&
+	    (spawn.stall = strdup(stall)) == NULL)
+		return -ENOMEM;
+	pthread_mutex_lock(&spawn.lock);
+	err = exec_spawn_add_locked();
+	pthread_mutex_unlock(&spawn.lock);
+	return err;
 }
 
 int exec_devnull(void)
@@ -118,129 +263,19 @@ bool exec_available(void)
 	return spawn.devnull >= 0;   /* exec_spawn_init ran */
 }
 
-/* ---- the user database -------------------------------------------------- */
-
-#define USER_CACHE 16
-#define USER_TTL_NS 10000000000ll
-
-static struct {
-	pthread_mutex_t lock;
-	struct {
-		struct exec_user u;
-		int64_t at;             /* 0: empty */
-	} e[USER_CACHE];
-	unsigned next;
-} users = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-void exec_user_done(struct exec_user *u)
-{
-	free(u->groups);
-	free(u->name);
-	free(u->home);
-	free(u->shell);
-	memset(u, 0, sizeof(*u));
-}
-
-/* Deep copy; 0 or -ENOMEM (then *to is empty). */
-static int exec_user_copy(struct exec_user *to, const struct exec_user *from)
-{
-	memset(to, 0, sizeof(*to));
-	to->uid = from->uid;
-	to->gid = from->gid;
-	to->ngroups = from->ngroups;
-	to->groups = malloc((from->ngroups + 1) * sizeof(gid_t));
-	to->name = strdup(from->name);
-	to->home = strdup(from->home);
-	to->shell = strdup(from->shell);
-	if (to->groups == NULL || to->name == NULL || to->home == NULL ||
-	    to->shell == NULL) {
-		exec_user_done(to);
-		return -ENOMEM;
-	}
-	memcpy(to->groups, from->groups, from->ngroups * sizeof(gid_t));
-	return 0;
-}
-
-static int exec_user_lookup(uid_t uid, struct exec_user *u)
-{
-	struct passwd pw, *res = NULL;
-	char buf[4096];
-	int n = 32, err;
-
-	memset(u, 0, sizeof(*u));
-	err = getpwuid_r(uid, &pw, buf, sizeof(buf), &res);
-	if (err != 0)
-		return -err;
-	if (res == NULL)
-		return -ENOENT;
-	u->uid = uid;
-	u->gid = pw.pw_gid;
-	for (;;) {
-		gid_t *g = realloc(u->groups, (size_t)n * sizeof(gid_t));
-		if (g == NULL) {
-			exec_user_done(u);
-			return -ENOMEM;
-		}
-		u->groups = g;
-		int want = n;
-		if (getgrouplist(pw.pw_name, pw.pw_gid, g, &want) >= 0) {
-			u->ngroups = (size_t)want;
-			break;
-		}
-		if (want <= n || want > 65536) {
-			exec_user_done(u);
-			return -E2BIG;
-		}
-		n = want;
-	}
-	u->name = strdup(pw.pw_name);
-	u->home = strdup(pw.pw_dir != NULL ? pw.pw_dir : "/");
-	u->shell = strdup(pw.pw_shell != NULL && pw.pw_shell[0] != '\0'
-	                  ? pw.pw_shell : "/bin/sh");
-	if (u->name == NULL || u->home == NULL || u->shell == NULL) {
-		exec_user_done(u);
-		return -ENOMEM;
-	}
-	return 0;
-}
-
-int exec_user_get(uid_t uid, struct exec_user *u)
-{
-	int64_t now = rok_now();
-	int err;
-
-	pthread_mutex_lock(&users.lock);
-	for (unsigned i = 0; i < USER_CACHE; i++) {
-		if (users.e[i].at != 0 && users.e[i].u.uid == uid &&
-		    now - users.e[i].at < USER_TTL_NS) {
-			err = exec_user_copy(u, &users.e[i].u);
-			pthread_mutex_unlock(&users.lock);
-			return err;
-		}
-	}
-	pthread_mutex_unlock(&users.lock);
-	/* Looked up without the lock: NSS may be slow. */
-	err = exec_user_lookup(uid, u);
-	if (err < 0)
-		return err;
-	struct exec_user copy;
-	if (exec_user_copy(&copy, u) == 0) {
-		pthread_mutex_lock(&users.lock);
-		unsigned i = users.next++ % USER_CACHE;
-		exec_user_done(&users.e[i].u);
-		users.e[i].u = copy;
-		users.e[i].at = now;
-		pthread_mutex_unlock(&users.lock);
-	}
-	return 0;
-}
-
 /* ---- the child ---------------------------------------------------------- */
 
-/* Written by the child, read by the parent after vfork returns. */
+/* Written by the child, read by the spawner once clone returned. */
 struct exec_fail {
 	int err;
 	const char *step;
+};
+
+struct exec_child_arg {
+	const struct exec_start *s;
+	const struct exec_req *r;
+	pid_t parent;
+	struct exec_fail fail;
 };
 
 /* The kernel's sigaction, for the raw rt_sigaction call. */
@@ -251,8 +286,8 @@ struct exec_ksigaction {
 	uint64_t mask;
 };
 
-static _Noreturn void exec_child_fail(volatile struct exec_fail *fail,
-                                      const char *step, long rc)
+EXEC_CHILD static _Noreturn void
+exec_child_fail(volatile struct exec_fail *fail, const char *step, long rc)
 {
 	fail->err = rc < 0 ? (int)-rc : errno;
 	fail->step = step;
@@ -261,22 +296,42 @@ static _Noreturn void exec_child_fail(volatile struct exec_fail *fail,
 		;
 }
 
-/* Runs in the vfork child: raw system calls only (see the top). */
-static _Noreturn void exec_child(const struct exec_start *s, pid_t parent,
-                                 volatile struct exec_fail *fail)
+/* The test hook (see the top): true when a equals b. */
+EXEC_CHILD static bool exec_child_same(const char *a, const char *b)
 {
+	while (*a != '\0' && *a == *b) {
+		a++;
+		b++;
+	}
+	return *a == *b;
+}
+
+/* Runs in the clone child: raw system calls only (see the top). */
+EXEC_CHILD static int exec_child_main(void *arg)
+{
+	struct exec_child_arg *a = arg;
+	const struct exec_start *s = a->s;
+	volatile struct exec_fail *fail = &a->fail;
 	struct exec_ksigaction dfl = { 0 };
 	uint64_t none = 0;
 	long rc;
 
+	/* exec_spawn_kill stores `kill` and then reads the pidfd the kernel
+	 * stored before this child ran (a full barrier of the scheduler lies
+	 * between): either it sees the pidfd and kills, or this sees the
+	 * flag. */
+	if (*(volatile const int *)&a->r->kill)
+		exec_child_fail(fail, "cancelled", -ECANCELED);
 	for (int i = 0; i < spawn.nreset; i++)
 		syscall(SYS_rt_sigaction, spawn.reset[i], &dfl, NULL,
 		        sizeof(uint64_t));
 	/* rokd runs with umask 077 for its own files; a task gets the umask
 	 * rokd was started with. */
 	(void)syscall(SYS_umask, rokd_umask);
-	if (syscall(SYS_setpgid, 0, 0) != 0)
-		exec_child_fail(fail, "setpgid", 0);
+	if (syscall(SYS_setsid) < 0)
+		exec_child_fail(fail, "setsid", 0);
+	if (s->cgroup >= 0 && syscall(SYS_write, s->cgroup, "0", 1) != 1)
+		exec_child_fail(fail, "joining its cgroup", 0);
 	for (int i = 0; i < 3; i++) {
 		/* dup3 refuses old == new; the fds are never 0-2 here (rokd
 		 * keeps its own 0-2 open), but be safe: clear CLOEXEC then. */
@@ -288,6 +343,11 @@ static _Noreturn void exec_child(const struct exec_start *s, pid_t parent,
 			exec_child_fail(fail, "dup2", 0);
 	}
 	(void)syscall(SYS_close_range, 3u, ~0u, 0u);
+	for (int i = 0; i < spawn.nrestore; i++) {
+		int r = spawn.restore[i];
+		if (syscall(SYS_prlimit64, 0, r, &spawn.lim[r], NULL) != 0)
+			exec_child_fail(fail, "setrlimit", 0);
+	}
 	if (s->change_creds) {
 		if (syscall(SYS_setgroups, s->ngroups, s->groups) != 0)
 			exec_child_fail(fail, "setgroups", 0);
@@ -300,8 +360,14 @@ static _Noreturn void exec_child(const struct exec_start *s, pid_t parent,
 		exec_child_fail(fail, "chdir", 0);
 	if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
 		exec_child_fail(fail, "prctl", 0);
-	if (syscall(SYS_getppid) != parent)
+	if (syscall(SYS_getppid) != a->parent)
 		exec_child_fail(fail, "getppid", -ESRCH);
+	if (spawn.stall != NULL && exec_child_same(s->paths[0], spawn.stall)) {
+		rc = syscall(SYS_openat, AT_FDCWD, spawn.stall,
+		             O_RDONLY | O_CLOEXEC);
+		if (rc >= 0)
+			syscall(SYS_close, rc);
+	}
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(none));
 	/* execvp's rules: the first candidate that is not missing wins;
 	 * EACCES is reported if nothing ran and some candidate had it. */
@@ -315,52 +381,77 @@ static _Noreturn void exec_child(const struct exec_start *s, pid_t parent,
 			break;
 		}
 	}
-	/* Signals are blocked again so the failure path is like the rest. */
 	exec_child_fail(fail, "exec", -err);
 }
 
-static pid_t exec_spawn(const struct exec_start *s, const char **step)
-{
-	sigset_t all, old;
-	volatile struct exec_fail fail = { 0, NULL };
-	int err;
+/* ---- killing and reaping ---------------------------------------------------- */
 
-	*step = "fork";
-	sigfillset(&all);
-	if ((err = pthread_sigmask(SIG_SETMASK, &all, &old)) != 0)
-		return -err;
-	pid_t parent = getpid();
-	pid_t pid = vfork();
-	if (pid == 0)
-		exec_child(s, parent, &fail);
-	int fork_err = errno;
-	(void)pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (pid < 0)
-		return -fork_err;
-	if (fail.step != NULL) {
-		/* It exited before exec: reap it here, it is ours alone. */
-		siginfo_t si;
-		while (waitid(P_PID, (id_t)pid, &si, WEXITED) != 0 &&
-		       errno == EINTR)
-			;
-		*step = fail.step;
-		return -(fail.err != 0 ? fail.err : EIO);
+int exec_kill_reap(pid_t pid, int pidfd, siginfo_t *si)
+{
+	int64_t deadline = rok_now() + EXEC_REAP_WAIT_NS;
+
+	/* Through the pidfd: the leader even if it left its group. */
+	(void)syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+	(void)kill(-pid, SIGKILL);
+	for (;;) {
+		memset(si, 0, sizeof(*si));
+		if (waitid(P_PIDFD, (id_t)pidfd, si, WEXITED | WNOHANG) == 0) {
+			if (si->si_pid != 0)
+				return 0;
+		} else if (errno != EINTR) {
+			return -errno;
+		}
+		int64_t left = deadline - rok_now();
+		if (left <= 0)
+			return -ETIMEDOUT;
+		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+		(void)poll(&p, 1, (int)(left / 1000000) + 1);
 	}
-	return pid;
 }
 
-/* ---- the spawner thread --------------------------------------------------- */
+/* Reaps pid or says why not; closes pidfd. */
+static void exec_kill_reap_close(pid_t pid, int pidfd, const char *who)
+{
+	siginfo_t si;
+	int err = exec_kill_reap(pid, pidfd, &si);
+
+	if (err < 0)
+		log_errno(err, "%s: pid %d did not end after SIGKILL; it is "
+		          "left unreaped", who, (int)pid);
+	close(pidfd);
+}
+
+void exec_spawn_kill(struct exec_req *r)
+{
+	pthread_mutex_lock(&spawn.lock);
+	/* seq_cst: the store is ordered before the load of the pidfd (see
+	 * exec_child_main). */
+	__atomic_store_n(&r->kill, 1, __ATOMIC_SEQ_CST);
+	if (r->state == SPAWN_STARTING) {
+		/* Stored by the kernel in clone, while the spawner is inside
+		 * it: -1 until then. */
+		int fd = __atomic_load_n(&r->pidfd, __ATOMIC_SEQ_CST);
+		if (fd >= 0)
+			(void)syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL,
+			              0);
+	}
+	pthread_mutex_unlock(&spawn.lock);
+}
+
+/* ---- the spawner threads --------------------------------------------------- */
 
 void exec_spawn_submit(struct exec_req *r)
 {
 	r->next = NULL;
+	r->state = SPAWN_QUEUED;
 	pthread_mutex_lock(&spawn.lock);
 	if (spawn.tail != NULL)
 		spawn.tail->next = r;
 	else
 		spawn.head = r;
 	spawn.tail = r;
-	pthread_cond_signal(&spawn.cond);
+	exec_spawn_grow_locked();
+	pthread_cond_broadcast(&spawn.cond);
 	pthread_mutex_unlock(&spawn.lock);
 }
 
@@ -392,70 +483,119 @@ void exec_req_free(struct exec_req *r, bool kill_child)
 		return;
 	exec_req_strip(r);
 	if (kill_child && r->pid > 0) {
-		siginfo_t si;
-		(void)kill(-r->pid, SIGKILL);
-		while (waitid(P_PID, (id_t)r->pid, &si, WEXITED) != 0 &&
-		       errno == EINTR)
-			;
+		exec_kill_reap_close(r->pid, r->pidfd, "exec");
+		r->pidfd = -1;
 	}
 	if (r->pidfd >= 0)
 		close(r->pidfd);
 	free(r);
 }
 
-static void exec_spawner_run(struct exec_req *r)
+/* Lock held: the first queued request whose user does not hold
+ * SPAWN_PER_UID spawners already (a request given up on is answered at
+ * once, whoever it is for), taken off the queue; or NULL. */
+static struct exec_req *exec_spawn_take_locked(void)
 {
-	const char *step;
-	pid_t pid = exec_spawn(&r->s, &step);
+	struct exec_req *prev = NULL;
 
-	if (pid < 0) {
-		const char *what = strerror((int)-pid);
-		if (strcmp(step, "exec") == 0)
-			snprintf(r->reason, sizeof(r->reason), "exec %s: %s",
-			         r->argv[0], what);
-		else if (strcmp(step, "chdir") == 0)
-			snprintf(r->reason, sizeof(r->reason), "chdir %s: %s",
-			         r->cwd, what);
+	for (struct exec_req *r = spawn.head; r != NULL; prev = r, r = r->next) {
+		unsigned n = 0;
+		for (unsigned i = 0; i < spawn.threads; i++)
+			n += spawn.busy[i] && spawn.busy_uid[i] == r->owner;
+		if (n >= SPAWN_PER_UID && !r->kill)
+			continue;
+		if (prev != NULL)
+			prev->next = r->next;
 		else
-			snprintf(r->reason, sizeof(r->reason), "%s: %s", step,
-			         what);
+			spawn.head = r->next;
+		if (spawn.tail == r)
+			spawn.tail = prev;
+		r->next = NULL;
+		return r;
+	}
+	return NULL;
+}
+
+/* Starts r's child on `stack` (the top of this spawner's child stack). */
+static void exec_spawner_run(struct exec_req *r, void *stack)
+{
+	struct exec_child_arg a = {
+		.s = &r->s,
+		.r = r,
+		.parent = getpid(),
+	};
+	const char *step = "clone";
+
+	/* r->pidfd is -1 (exec_start) until the kernel stores the child's. */
+	pid_t pid = exec_clone(exec_child_main, stack,
+	                       CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
+	                       &a, &r->pidfd);
+	int err = pid < 0 ? errno : 0;
+	pthread_mutex_lock(&spawn.lock);
+	r->state = SPAWN_DONE;   /* exec_spawn_kill leaves the pidfd alone */
+	pthread_mutex_unlock(&spawn.lock);
+	if (pid > 0 && a.fail.step != NULL) {
+		/* It exited before exec: reap it here, it is ours alone. */
+		exec_kill_reap_close(pid, r->pidfd, "exec");
+		r->pidfd = -1;
+		step = a.fail.step;
+		err = a.fail.err != 0 ? a.fail.err : EIO;
+	} else if (pid > 0) {
+		/* Started (or killed on its way by exec_spawn_kill: the task
+		 * reaps it and sees the signal). */
+		r->pid = pid;
 		exec_req_strip(r);
 		return;
 	}
-	r->pid = pid;
-	/* No race: nobody else reaps, so pid names our child until we do.
-	 * A pidfd is always close-on-exec. */
-	r->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (r->pidfd < 0) {
-		/* Cannot supervise it: it dies here, the task fails. */
-		siginfo_t si;
-		snprintf(r->reason, sizeof(r->reason), "pidfd_open: %s",
-		         strerror(errno));
-		(void)kill(-pid, SIGKILL);
-		while (waitid(P_PID, (id_t)pid, &si, WEXITED) != 0 &&
-		       errno == EINTR)
-			;
-		r->pid = 0;
-	}
+	const char *what = strerror(err);
+	if (strcmp(step, "cancelled") == 0)
+		snprintf(r->reason, sizeof(r->reason), "cancelled before it "
+		         "started");
+	else if (strcmp(step, "exec") == 0)
+		snprintf(r->reason, sizeof(r->reason), "exec %s: %s",
+		         r->argv[0], what);
+	else if (strcmp(step, "chdir") == 0)
+		snprintf(r->reason, sizeof(r->reason), "chdir %s: %s", r->cwd,
+		         what);
+	else
+		snprintf(r->reason, sizeof(r->reason), "%s: %s", step, what);
 	exec_req_strip(r);
 }
 
 static void *exec_spawner_main(void *arg)
 {
-	(void)arg;
+	unsigned me = (unsigned)(uintptr_t)arg;
+	/* Written before this thread was created. */
+	void *stack = (char *)spawn.stack[me] + SPAWN_STACK;
+
+	pthread_mutex_lock(&spawn.lock);
 	for (;;) {
-		pthread_mutex_lock(&spawn.lock);
-		while (spawn.head == NULL)
+		struct exec_req *r;
+		while ((r = exec_spawn_take_locked()) == NULL)
 			pthread_cond_wait(&spawn.cond, &spawn.lock);
-		struct exec_req *r = spawn.head;
-		spawn.head = r->next;
-		if (spawn.head == NULL)
-			spawn.tail = NULL;
+		spawn.idle--;
+		spawn.busy[me] = true;
+		spawn.busy_uid[me] = r->owner;
+		r->state = SPAWN_STARTING;
+		bool given_up = r->kill != 0;
+		exec_spawn_grow_locked();
 		pthread_mutex_unlock(&spawn.lock);
-		exec_spawner_run(r);
+		if (given_up) {
+			snprintf(r->reason, sizeof(r->reason), "cancelled "
+			         "before it started");
+			exec_req_strip(r);
+		} else {
+			exec_spawner_run(r, stack);
+		}
 		/* The task gone (cancelled meanwhile): its child dies here. */
 		if (rok_oneshot_send(r->done, r) < 0)
 			exec_req_free(r, true);
+		pthread_mutex_lock(&spawn.lock);
+		spawn.busy[me] = false;
+		spawn.idle++;
+		/* This user may hold one spawner fewer: a request of theirs
+		 * may be eligible now. */
+		pthread_cond_broadcast(&spawn.cond);
 	}
 	return NULL;
 }

@@ -8,25 +8,35 @@
  * bytes remain to be fed, a timer (the task's timeout, then the kill
  * grace), and a oneshot that the cancel hook fires — by polling each
  * awaitable in turn in the same poll (exec_wait), so that any of them wakes
- * the task.  All fds are non-blocking and awaited through the reactor.
+ * the task.  All fds are non-blocking and awaited through the reactor.  A
+ * pipe is read at most EXEC_DRAIN_BUDGET times per poll: a child that
+ * writes without pause gets the worker back after other ready tasks had it
+ * (a yield), not for as long as it keeps writing.
  *
- * Exactly one reaper: the child is reaped by this task with
- * waitid(P_PIDFD), nowhere else (rokd has no SIGCHLD handler and leaves
- * SIGCHLD at its default), so the pid cannot be reused while the task holds
- * the pidfd, and every kill(-pgid) below happens while the leader is at
- * most a zombie, so the group id still names our group.
+ * Exactly one reaper per child: this task, with waitid(P_PIDFD) (or the
+ * spawner, for a child that never got to this task), nowhere else (rokd
+ * has no SIGCHLD handler and leaves SIGCHLD at its default), so the pid
+ * cannot be reused while the task holds the pidfd, and every kill(-pgid)
+ * below happens while the leader is at most a zombie, so the group id
+ * still names our group.  No wait blocks: the reaps here follow a readable
+ * pidfd (WNOHANG), and the one that cannot await (exec_kill_now) waits a
+ * bounded time after SIGKILL.
  *
  * Cancel and timeout.  A cancel of a running exec task does not cancel the
  * runtime task (whose cleanup may not wait): tasktab calls exec_cancel,
  * which sets a flag and fires the oneshot.  The body then sends SIGTERM to
- * the process group, SIGKILL after the grace (TaskSpec.kill_grace_ms, else
- * config kill_grace), reaps, and only then ends, as cancelled or timed_out.
- * The kind enforces its timeout itself the same way (own_timeout).  A task
- * cancelled before its child started never starts one.  race --cancel-rest
- * and select cancel their losers through the task table too.  A
- * runtime-level cancel (rok_stop at the end of a daemon stop, or a cancel
- * that comes while the child is being started) cannot wait: the cleanup
- * section sends SIGKILL to the group and reaps at once.
+ * the leader (through its pidfd) and to its process group, SIGKILL after
+ * the grace (TaskSpec.kill_grace_ms, else config kill_grace), reaps, and
+ * only then ends, as cancelled or timed_out.  The child leads its own
+ * session, so it cannot move to another group; the pidfd reaches it all
+ * the same.  The kind enforces its timeout itself the same way
+ * (own_timeout), from before the child starts: a child stuck on its way
+ * (chdir or execve on a hung mount) is killed at the timeout
+ * (exec_spawn_kill).  A task cancelled before its child started never
+ * starts one.  race --cancel-rest and select cancel their losers through
+ * the task table too.  A runtime-level cancel (rok_stop at the end of a
+ * daemon stop, or a cancel that comes while the child is being started)
+ * cannot wait: the cleanup section sends SIGKILL and reaps at once.
  *
  * When the leader exits, whatever is left of its process group is killed
  * (SIGKILL, before the leader is reaped), as systemd does for a unit's
@@ -78,6 +88,7 @@ struct exec_job {
 	int pidfd;
 	int outfd[2];               /* our ends of stdout, stderr; -1: closed */
 	int infd;                   /* our end of stdin; -1: none/closed */
+	struct exec_cgroup cg;      /* dir -1: none */
 	bool reaped;
 	siginfo_t si;
 	/* Waits. */
@@ -85,10 +96,13 @@ struct exec_job {
 	rok_sleep_op to_sleep, grace_sleep;
 	bool to_armed, grace_armed;
 	int64_t to_deadline, grace_deadline;
+	struct exec_req *req;       /* the start, until its answer came */
 	rok_oneshot *req_done;      /* the spawner's answer, until received */
 	rok_oneshot *wake;
 	rok_chan_op wake_op;
 	bool woken;
+	bool more;                  /* a pipe still had bytes: drain again */
+	bool yielded;               /* rok_yield_now said pending */
 	_Atomic bool cancel_req;    /* set by exec_cancel (any thread) */
 	/* How it went. */
 	int phase;
@@ -106,7 +120,10 @@ int exec_init(void)
 {
 	int err = exec_output_init();
 
-	return err < 0 ? err : exec_spawn_init();
+	if (err < 0)
+		return err;
+	exec_cgroup_init();
+	return exec_spawn_init();
 }
 
 /* ---- spec check and copy (reactor thread) -------------------------------- */
@@ -205,6 +222,7 @@ static void exec_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 	j->id = tasktab_id(r);
 	j->uid = tasktab_uid(r);
 	j->pidfd = j->infd = -1;
+	j->cg.dir = j->cg.procs = -1;
 	j->outfd[0] = j->outfd[1] = -1;
 	j->argv = exec_strv(spec->args, spec->n_args);
 	j->env = exec_strv(spec->env, spec->n_env);
@@ -368,8 +386,13 @@ static int exec_start(struct exec_job *j)
 		return -1;
 	}
 	exec_out_forget(j->id);
+	if ((err = exec_cgroup_new(j->id, &j->cg)) < 0) {
+		exec_fail(j, "its cgroup: %s", strerror(-err));
+		goto fail;
+	}
 	r->child[0] = r->child[1] = r->child[2] = -1;
 	r->pidfd = -1;
+	r->owner = j->uid;
 	bool change = config.root && j->uid != 0;
 	if (change || j->clean_env) {
 		err = exec_user_get(j->uid, &r->user);
@@ -427,12 +450,14 @@ static int exec_start(struct exec_job *j)
 		.paths = r->paths,
 		.cwd = r->cwd,
 		.fds = { r->child[0], r->child[1], r->child[2] },
+		.cgroup = j->cg.procs,
 		.change_creds = change,
 		.uid = j->uid,
 		.gid = r->user.gid,
 		.ngroups = r->user.ngroups,
 		.groups = r->user.groups,
 	};
+	j->req = r;
 	j->req_done = r->done;
 	exec_spawn_submit(r);
 	return 0;
@@ -461,19 +486,30 @@ static void exec_record_group(struct exec_job *j)
 	journal_exec_started(j->id, j->pid, start);
 }
 
-/* Await: the spawner's answer.  Takes the child (pid, pidfd) or the reason
- * it did not start, in the poll that receives it (kept if that poll also
- * sees a cancel: the cleanup then kills the child). */
+/*
+ * Await: the spawner's answer, or the timeout first (then the start is
+ * given up: a child stuck on its way, in a path on a hung mount say, is
+ * killed, and the answer follows).  Takes the child (pid, pidfd) or the
+ * reason it did not start, in the poll that receives it (kept if that poll
+ * also sees a cancel: the cleanup then kills the child).
+ */
 static rok_poll exec_await_start(rok_cx *cx, struct exec_job *j)
 {
 	void *v = NULL;
 	int err;
 
+	if (j->to_armed &&
+	    rok_sleep_until(cx, &j->to_sleep, j->to_deadline) == ROK_READY) {
+		j->to_armed = false;
+		j->end_how = RT_TIMED_OUT;
+		exec_spawn_kill(j->req);
+	}
 	if (rok_oneshot_recv(cx, &j->wake_op, j->req_done, &v, &err) ==
-	    ROK_PENDING)
+	    ROK_PENDING || cx->releasing)
 		return ROK_PENDING;
 	(void)rok_oneshot_drop_receiver(j->req_done);
 	j->req_done = NULL;
+	j->req = NULL;
 	j->wake_op = (rok_chan_op){ 0 };
 	struct exec_req *r = v;
 	if (r == NULL) {
@@ -486,7 +522,7 @@ static rok_poll exec_await_start(rok_cx *cx, struct exec_job *j)
 		r->pid = 0;
 		r->pidfd = -1;
 		exec_record_group(j);
-	} else {
+	} else if (j->end_how == RT_SUCCEEDED) {
 		exec_fail(j, "%s", r->reason);
 	}
 	exec_req_free(r, false);
@@ -548,6 +584,19 @@ static rok_poll exec_wait(rok_cx *cx, struct exec_job *j)
 		j->grace_armed = false;
 		ready = true;
 	}
+	/* A pipe left with bytes (EXEC_DRAIN_BUDGET): ready again once every
+	 * other ready task had the worker.  A yield that said pending is
+	 * always taken back (it leaves a flag on the task). */
+	if (j->yielded) {
+		(void)rok_yield_now(cx);
+		j->yielded = false;
+		ready = true;
+	} else if (j->more && !cx->releasing) {
+		if (rok_yield_now(cx) == ROK_READY)
+			ready = true;
+		else
+			j->yielded = true;
+	}
 	return ready && !cx->releasing ? ROK_READY : ROK_PENDING;
 }
 
@@ -564,12 +613,22 @@ static void exec_release(rok_cx *cx, struct exec_job *j)
 	j->woken = true;
 }
 
-/* Reads what a pipe holds: until it would block, or its end. */
-static void exec_drain(rok_cx *cx, struct exec_job *j, int i)
+/*
+ * Reads what a pipe holds: until it would block, or its end, or `budget`
+ * reads (then j->more: a child that writes without pause must not keep the
+ * worker from other tasks; the next exec_wait yields first).  The
+ * readiness edge was consumed, so the pipe must be read again without
+ * awaiting it.  budget 0: no limit (the last reads, the child reaped).
+ */
+static void exec_drain(rok_cx *cx, struct exec_job *j, int i, int budget)
 {
 	uint8_t buf[32768];
 
-	while (j->outfd[i] >= 0) {
+	for (int reads = 0; j->outfd[i] >= 0; reads++) {
+		if (budget > 0 && reads == budget) {
+			j->more = true;
+			return;
+		}
 		ssize_t n = read(j->outfd[i], buf, sizeof(buf));
 		if (n > 0) {
 			exec_out_append(&j->out, i + 1, buf, (size_t)n);
@@ -603,18 +662,30 @@ static void exec_feed(rok_cx *cx, struct exec_job *j)
 	exec_close(cx, &j->io_in, &j->infd, true);
 }
 
-/* Starts the kill sequence (cancel, timeout): SIGTERM to the group now. */
+/* To the leader through its pidfd (it may have left its group: a session
+ * leader cannot, but a cgroup-less kernel has no other hold on it) and to
+ * its process group.  Only while the leader is unreaped, so its pid and
+ * group id are still ours. */
+static void exec_signal(struct exec_job *j, int sig)
+{
+	(void)syscall(SYS_pidfd_send_signal, j->pidfd, sig, NULL, 0);
+	(void)kill(-j->pid, sig);
+	if (sig == SIGKILL)
+		exec_cgroup_kill(&j->cg);
+}
+
+/* Starts the kill sequence (cancel, timeout): SIGTERM now. */
 static void exec_terminate(struct exec_job *j, int how)
 {
 	j->end_how = how;
 	j->phase = EXEC_TERM;
-	(void)kill(-j->pid, SIGTERM);
+	exec_signal(j, SIGTERM);
 	j->grace_deadline = rok_deadline(j->grace_ns);
 	j->grace_armed = true;
 }
 
 /* Looks at the leader: reaps it once it has exited, after killing what is
- * left of its group.  True once reaped. */
+ * left of its group.  True once reaped.  Never waits. */
 static bool exec_reap(struct exec_job *j)
 {
 	siginfo_t si;
@@ -625,32 +696,41 @@ static bool exec_reap(struct exec_job *j)
 		return false;
 	/* The leader is a zombie: the group id cannot be reused yet. */
 	(void)kill(-j->pid, SIGKILL);
+	exec_cgroup_kill(&j->cg);
 	memset(&j->si, 0, sizeof(j->si));
-	while (waitid(P_PIDFD, (id_t)j->pidfd, &j->si, WEXITED) != 0) {
-		if (errno != EINTR) {
-			log_errno(errno, "task %llu: waitid",
-			          (unsigned long long)j->id);
-			break;
-		}
+	if (waitid(P_PIDFD, (id_t)j->pidfd, &j->si, WEXITED | WNOHANG) != 0 ||
+	    j->si.si_pid == 0) {
+		/* A zombie is reaped at once; anything else is a bug. */
+		log_errno(errno, "task %llu: waitid", (unsigned long long)j->id);
+		return false;
 	}
 	j->reaped = true;
 	return true;
 }
 
-/* A cancel whose body could not wait (runtime cancel): kill and reap now. */
+/* A cancel whose body could not wait (runtime cancel, daemon stop): kill
+ * and reap now, waiting a bounded time. */
 static void exec_kill_now(struct exec_job *j)
 {
 	if (j->pid == 0 || j->reaped)
 		return;
-	(void)kill(-j->pid, SIGKILL);
-	memset(&j->si, 0, sizeof(j->si));
-	while (waitid(P_PIDFD, (id_t)j->pidfd, &j->si, WEXITED) != 0 &&
-	       errno == EINTR)
-		;
+	exec_cgroup_kill(&j->cg);
+	int err = exec_kill_reap(j->pid, j->pidfd, &j->si);
+	if (err < 0) {
+		log_errno(err, "task %llu: pid %d did not end after SIGKILL; it "
+		          "is left unreaped", (unsigned long long)j->id,
+		          (int)j->pid);
+		memset(&j->si, 0, sizeof(j->si));
+		j->si.si_code = CLD_KILLED;
+		j->si.si_status = SIGKILL;
+	}
 	j->reaped = true;
 	if (j->end_how == RT_SUCCEEDED)
 		j->end_how = RT_CANCELLED;
 }
+
+/* Up to this many reads of 32 KiB per pipe per poll. */
+#define EXEC_DRAIN_BUDGET 8
 
 static rok_poll exec_poll(rok_cx *cx, void *frame)
 {
@@ -658,23 +738,36 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 	struct exec_job *j = f->job;
 
 	ROK_BEGIN(cx);
-	if (j == NULL || exec_start(j) < 0)
+	if (j == NULL)
 		ROK_RETURN(cx, NULL);
-	ROK_AWAIT(cx, exec_await_start(cx, j));
-	if (j->start_failed)
-		ROK_RETURN(cx, NULL);
-	if (rok_oneshot_new(&j->wake) < 0)
-		j->wake = NULL;   /* cancel then only works at its timeout */
-	else
-		tasktab_set_ctl(j->rec, j);
+	/* From here: a child stuck before exec times out too. */
 	if (j->timeout_ns > 0) {
 		j->to_deadline = rok_deadline(j->timeout_ns);
 		j->to_armed = true;
 	}
+	if (exec_start(j) < 0) {
+		j->to_armed = false;   /* never awaited */
+		ROK_RETURN(cx, NULL);
+	}
+	ROK_AWAIT(cx, exec_await_start(cx, j));
+	if (j->start_failed || j->pid == 0) {
+		exec_release(cx, j);
+		ROK_RETURN(cx, NULL);
+	}
+	if (j->end_how != RT_SUCCEEDED) {
+		/* Timed out on its way: killed already; make sure. */
+		j->phase = EXEC_KILL;
+		exec_signal(j, SIGKILL);
+	}
+	if (rok_oneshot_new(&j->wake) < 0)
+		j->wake = NULL;   /* cancel then only works at its timeout */
+	else
+		tasktab_set_ctl(j->rec, j);
 	for (;;) {
 		ROK_AWAIT(cx, exec_wait(cx, j));
-		exec_drain(cx, j, 0);
-		exec_drain(cx, j, 1);
+		j->more = false;
+		exec_drain(cx, j, 0, EXEC_DRAIN_BUDGET);
+		exec_drain(cx, j, 1, EXEC_DRAIN_BUDGET);
 		exec_feed(cx, j);
 		if (exec_reap(j))
 			break;
@@ -686,20 +779,24 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 			exec_terminate(j, RT_TIMED_OUT);
 		else if (j->phase == EXEC_TERM && now >= j->grace_deadline) {
 			j->phase = EXEC_KILL;
-			(void)kill(-j->pid, SIGKILL);
+			exec_signal(j, SIGKILL);
 		}
 	}
-	exec_drain(cx, j, 0);
-	exec_drain(cx, j, 1);
+	/* The group is dead: what is left in the pipes is all there is. */
+	exec_drain(cx, j, 0, 0);
+	exec_drain(cx, j, 1, 0);
 	exec_release(cx, j);
 	ROK_CLEANUP(cx);
 	if (j != NULL) {
 		if (j->req_done != NULL) {
-			/* Cancelled while the child started: the spawner (or
-			 * we, if it answered already) kills and reaps it. */
+			/* Cancelled while the child started: a child stuck
+			 * on its way is killed now, and the spawner (or we,
+			 * if it answered already) reaps it. */
+			exec_spawn_kill(j->req);
 			exec_req_free(rok_oneshot_drop_receiver(j->req_done),
 			              true);
 			j->req_done = NULL;
+			j->req = NULL;
 		}
 		if (j->wake != NULL) {
 			/* After this no exec_cancel runs for j. */
@@ -720,6 +817,8 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 			j->pidfd = -1;
 		}
 		exec_out_done(&j->out);
+		/* Empty by now, unless killed processes are still exiting. */
+		exec_cgroup_done(&j->cg, j->id);
 	}
 	ROK_END(cx);
 }
@@ -748,14 +847,15 @@ static void exec_finish(void *frame, int how, struct rt_outcome *o)
 	if (j->start_failed) {
 		o->state = RT_FAILED;
 		snprintf(o->reason, sizeof(o->reason), "%s", j->reason);
-	} else if (j->reaped) {
-		if (j->si.si_code == CLD_EXITED) {
+	} else {
+		if (j->reaped && j->si.si_code == CLD_EXITED) {
 			o->has_exit_code = true;
 			o->exit_code = j->si.si_status;
-		} else {
+		} else if (j->reaped) {
 			o->has_signal = true;
 			o->signal = j->si.si_status;
 		}
+		/* end_how: also a timeout before the child was up. */
 		if (how == RT_SUCCEEDED && j->end_how != RT_SUCCEEDED)
 			o->state = j->end_how;
 		else if (how == RT_SUCCEEDED)

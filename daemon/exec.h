@@ -1,9 +1,9 @@
 /*
  * exec.h — the private interface between the files of the exec kind:
  * exec.c (the kind: spec check, the supervising task, the outcome),
- * exec-spawn.c (who the child runs as, starting it), exec-output.c (the
- * capture file) and exec-orphans.c (what a run left behind when rokd
- * died).  Threads: everything here runs on the worker that polls
+ * exec-spawn.c (starting the child), exec-user.c (who it runs as),
+ * exec-output.c (the capture file) and exec-orphans.c (what a run left
+ * behind when rokd died).  Threads: everything here runs on the worker that polls
  * the exec task, except where said.
  */
 #ifndef ROKD_EXEC_H
@@ -11,10 +11,27 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "rok/rok.h"
+
+/* ---- exec-user.c ------------------------------------------------------ */
+
+/* The submitter's account, looked up (and cached) for the child. */
+struct exec_user {
+	uid_t uid;
+	gid_t gid;
+	size_t ngroups;
+	gid_t *groups;              /* malloc'd */
+	char *name, *home, *shell;  /* malloc'd */
+};
+
+/* Looks `uid` up in the user database: 0, -ENOENT (no such user), or
+ * -errno.  Fills *u with copies (exec_user_done frees them).  Any thread. */
+int exec_user_get(uid_t uid, struct exec_user *u);
+void exec_user_done(struct exec_user *u);
 
 /* ---- exec-spawn.c ----------------------------------------------------- */
 
@@ -26,6 +43,7 @@ struct exec_start {
 	char *const *paths;         /* candidates for argv[0], in PATH order */
 	const char *cwd;            /* NULL: rokd's */
 	int fds[3];                 /* become the child's 0, 1, 2 */
+	int cgroup;                 /* cgroup.procs to join; -1: none */
 	bool change_creds;
 	uid_t uid;
 	gid_t gid;
@@ -33,22 +51,10 @@ struct exec_start {
 	const gid_t *groups;
 };
 
-/* The submitter's account, looked up (and cached) for the child. */
-struct exec_user {
-	uid_t uid;
-	gid_t gid;
-	size_t ngroups;
-	gid_t *groups;              /* malloc'd */
-	char *name, *home, *shell;  /* malloc'd */
-};
-
-/* Main thread, once: /dev/null, and the ignored signals to undo in
- * children.  0 or -errno. */
+/* Main thread, once: /dev/null, the ignored signals to undo in children,
+ * the limits to restore in them (exec_limits_save, rokd.h), the first
+ * spawner thread.  0 or -errno. */
 int exec_spawn_init(void);
-/* Looks `uid` up in the user database: 0, -ENOENT (no such user), or
- * -errno.  Fills *u with copies (exec_user_done frees them). */
-int exec_user_get(uid_t uid, struct exec_user *u);
-void exec_user_done(struct exec_user *u);
 
 /* rokd's /dev/null, opened once (O_RDONLY, close-on-exec). */
 int exec_devnull(void);
@@ -57,7 +63,7 @@ int exec_devnull(void);
 bool exec_available(void);
 
 /*
- * A request to the spawner thread.  The request owns everything it points
+ * A request to the spawner threads.  The request owns everything it points
  * to (moved in by the exec task) and the child's ends of the pipes; the
  * spawner frees what only the child needed and closes the child's fds.
  */
@@ -66,24 +72,43 @@ struct exec_req {
 	char **argv, **env, **paths;  /* malloc'd, NULL-terminated */
 	char *cwd;
 	struct exec_user user;
+	uid_t owner;                /* the submitter: SPAWN_PER_UID */
 	int child[3];               /* closed by the spawner; -1: none */
 	rok_oneshot *done;          /* the spawner sends the request back */
+	/* Under the spawner lock. */
+	int state;                  /* queued, starting, done */
+	int kill;                   /* exec_spawn_kill: the task gave up */
 	/* Out. */
 	pid_t pid;                  /* > 0: started; then pidfd is open */
-	int pidfd;
+	int pidfd;                  /* -1 until started */
 	char reason[160];           /* why not started, for people */
 	struct exec_req *next;
 };
 
 /*
- * Queues r for the spawner thread, which starts the child and sends r
- * back through r->done; if the receiver is gone by then, the spawner kills
- * and reaps the child and frees r itself.  Any thread.
+ * Queues r for a spawner thread, which starts the child and sends r back
+ * through r->done; if the receiver is gone by then, the spawner kills and
+ * reaps the child and frees r itself.  Any thread.
  */
 void exec_spawn_submit(struct exec_req *r);
+/*
+ * The task gives up on r's start (timeout, cancel): a child not yet up
+ * never starts, one on its way (stuck in chdir or execve, say) gets
+ * SIGKILL.  r is still answered through r->done.  Any thread, while r is
+ * the spawner's or in the oneshot (before the receiver is dropped).
+ */
+void exec_spawn_kill(struct exec_req *r);
 /* Frees a request the exec task received: kills (SIGKILL) and reaps a
  * child it could no longer supervise when `kill_child`. */
 void exec_req_free(struct exec_req *r, bool kill_child);
+/*
+ * Sends SIGKILL to pid through its pidfd and to its process group, and
+ * reaps it (into *si), waiting for it to be gone for a bounded time: 0, or
+ * -ETIMEDOUT (then it is left unreaped), or -errno.  pid must be an
+ * unreaped child of rokd's, so that its group id is still its own.  Any
+ * thread; may block up to a few seconds for a process that does not die.
+ */
+int exec_kill_reap(pid_t pid, int pidfd, siginfo_t *si);
 
 /* ---- exec-orphans.c --------------------------------------------------- */
 
@@ -114,6 +139,24 @@ struct exec_orphans_group {
  * many groups were killed.
  */
 size_t exec_orphans_kill(struct exec_orphans_group *g, size_t n);
+
+/* ---- exec-cgroup.c ---------------------------------------------------- */
+
+/* One task's cgroup; both -1 when there is none. */
+struct exec_cgroup {
+	int dir;                    /* the cgroup's directory */
+	int procs;                  /* its cgroup.procs, for the child */
+};
+
+/* Main thread, at exec_init: finds out whether rokd can make a cgroup per
+ * task, and says which way it is. */
+void exec_cgroup_init(void);
+/* Makes task id's cgroup (nothing when there are none): 0 or -errno. */
+int exec_cgroup_new(uint64_t id, struct exec_cgroup *c);
+/* SIGKILL to every process in the cgroup (cgroup.kill).  Any thread. */
+void exec_cgroup_kill(const struct exec_cgroup *c);
+/* Closes the fds and removes the cgroup (now, or once it is empty). */
+void exec_cgroup_done(struct exec_cgroup *c, uint64_t id);
 
 /* ---- exec-output.c ---------------------------------------------------- */
 

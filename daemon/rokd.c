@@ -344,6 +344,7 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGHUP);
 	/* Blocked before any thread starts, so only sigwait takes them. */
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	exec_limits_save();
 	rokd_raise_nofile();
 	rokd_state_dir();
 	if ((err = tasktab_init()) < 0)

@@ -300,6 +300,10 @@ extern const struct kind kind_noop, kind_sleep, kind_echo, kind_exec;
 /* Main thread, before the runtime starts: output directory, /dev/null,
  * signal dispositions to undo in children.  0 or -errno. */
 int exec_init(void);
+/* exec-spawn.c: main thread, first thing (before rokd raises any limit):
+ * remembers rokd's resource limits, which exec_init then restores in
+ * every child. */
+void exec_limits_save(void);
 
 /* exec-output.c: where task id's output is: "<state_dir>/output/<id>.log". */
 void exec_output_path(uint64_t id, char *buf, size_t len);

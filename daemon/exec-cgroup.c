@@ -1,0 +1,270 @@
+/*
+ * exec-cgroup.c — a cgroup (v2) per exec task, where rokd may make them.
+ *
+ * A process group holds a task only as long as its processes stay in it: a
+ * grandchild that calls setsid() leaves, and outlives the task's timeout,
+ * cancel and end.  A cgroup cannot be left without the rights to write to
+ * another one.  So when rokd's own cgroup, on a cgroup2 mount, lets it make
+ * children and the kernel has cgroup.kill (5.14), each exec task's child
+ * joins <rokd's cgroup>/rokd.<rokd's pid>/task.<id> before it drops its
+ * credentials (it writes "0" to the cgroup.procs fd opened here), and
+ * whenever the task kills its process group with SIGKILL it also writes "1"
+ * to the cgroup's cgroup.kill.  Elsewhere (cgroup v1 only, a non-delegated
+ * cgroup, an older kernel) this file does nothing and says so once at
+ * start; tasks are then held by their process group alone.
+ *
+ * No controllers are enabled (cgroup.subtree_control is left alone): this
+ * is for holding and killing, not for resource limits.  A cgroup is
+ * removed when its task ends; one whose killed processes are still exiting
+ * (rmdir says EBUSY) is retried at the next task's start and at exit;
+ * the directory of a rokd that died without removing its own is killed and
+ * removed by the next start (exec_cgroup_sweep).
+ *
+ * Threads: exec_cgroup_init on the main thread; the rest on the worker
+ * that runs the task, except exec_cgroup_kill (any thread).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "exec.h"
+#include "rokd.h"
+
+#define CGROUP_PENDING 64
+
+static struct {
+	char *base;                 /* NULL: no cgroups */
+	pthread_mutex_t lock;
+	uint64_t pending[CGROUP_PENDING];   /* ids whose rmdir said EBUSY */
+	unsigned npending;
+} cg = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* The cgroup2 mount point from /proc/self/mountinfo, into buf: 0 or -1. */
+static int exec_cgroup_mount(char *buf, size_t len)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char line[4096];
+	int rc = -1;
+
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		/* id parent major:minor root mountpoint opts... - type ... */
+		char *dash = strstr(line, " - cgroup2 ");
+		char mnt[4096];
+		if (dash == NULL ||
+		    sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1 ||
+		    strchr(mnt, '\\') != NULL)   /* escaped: not worth it */
+			continue;
+		if (snprintf(buf, len, "%s", mnt) < (int)len)
+			rc = 0;
+		break;
+	}
+	fclose(f);
+	return rc;
+}
+
+/* rokd's cgroup v2 path ("0::/path" in /proc/self/cgroup): 0 or -1. */
+static int exec_cgroup_self(char *buf, size_t len)
+{
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	char line[4096];
+	int rc = -1;
+
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (strncmp(line, "0::/", 4) != 0)
+			continue;
+		line[strcspn(line, "\n")] = '\0';
+		if (snprintf(buf, len, "%s", line + 3) < (int)len)
+			rc = 0;
+		break;
+	}
+	fclose(f);
+	return rc;
+}
+
+/* Kills what is left in a rokd.<pid> directory and removes what it can
+ * (a cgroup whose processes are still exiting stays, and is retried by the
+ * next start).  0, or -errno of the last rmdir. */
+static int exec_cgroup_clear(const char *base)
+{
+	char path[8192];
+
+	/* Whatever is left in the tasks' cgroups is a leftover of a task. */
+	snprintf(path, sizeof(path), "%s/cgroup.kill", base);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		if (write(fd, "1", 1) != 1)
+			log_errno(errno, "exec: %s", path);
+		close(fd);
+	}
+	DIR *d = opendir(base);
+	struct dirent *de;
+	while (d != NULL && (de = readdir(d)) != NULL) {
+		if (strncmp(de->d_name, "task.", 5) == 0)
+			(void)unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+	}
+	if (d != NULL)
+		closedir(d);
+	return rmdir(base) == 0 ? 0 : -errno;
+}
+
+static void exec_cgroup_exit(void)
+{
+	pthread_mutex_lock(&cg.lock);
+	int err = exec_cgroup_clear(cg.base);
+	if (err < 0)
+		log_errno(err, "exec: removing %s", cg.base);
+	pthread_mutex_unlock(&cg.lock);
+}
+
+/* The rokd.<pid> directories of rokds that died without removing them
+ * (SIGKILL, a crash), in `parent`: a pid that names no process is a rokd
+ * that is gone.  (A pid reused since keeps its directory until it is gone
+ * too.) */
+static void exec_cgroup_sweep(const char *parent)
+{
+	DIR *d = opendir(parent);
+	struct dirent *de;
+	char path[8192];
+
+	while (d != NULL && (de = readdir(d)) != NULL) {
+		char *end;
+		if (strncmp(de->d_name, "rokd.", 5) != 0)
+			continue;
+		long pid = strtol(de->d_name + 5, &end, 10);
+		if (*end != '\0' || pid <= 0 || pid == (long)getpid() ||
+		    kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		if (snprintf(path, sizeof(path), "%s/%s", parent, de->d_name) <
+		    (int)sizeof(path) && exec_cgroup_clear(path) == 0)
+			log_info("exec: removed %s, left by a rokd that is gone",
+			         path);
+	}
+	if (d != NULL)
+		closedir(d);
+}
+
+void exec_cgroup_init(void)
+{
+	char mnt[4096], self[4096], path[8192];
+	const char *why = "no cgroup2 mount";
+
+	if (exec_cgroup_mount(mnt, sizeof(mnt)) < 0)
+		goto off;
+	why = "rokd is not in a cgroup v2 cgroup";
+	if (exec_cgroup_self(self, sizeof(self)) < 0)
+		goto off;
+	why = "path too long";
+	if (snprintf(path, sizeof(path), "%s%s", mnt,
+	             strcmp(self, "/") == 0 ? "" : self) >= (int)sizeof(path))
+		goto off;
+	exec_cgroup_sweep(path);
+	size_t n = strlen(path);
+	if (snprintf(path + n, sizeof(path) - n, "/rokd.%d", (int)getpid()) >=
+	    (int)(sizeof(path) - n))
+		goto off;
+	if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+		why = strerror(errno);
+		goto off;
+	}
+	/* Not in the root cgroup, which has none: in the one just made. */
+	char kill[8192 + 16];
+	snprintf(kill, sizeof(kill), "%s/cgroup.kill", path);
+	if (access(kill, W_OK) != 0) {
+		(void)rmdir(path);
+		why = "no cgroup.kill (Linux 5.14)";
+		goto off;
+	}
+	if ((cg.base = strdup(path)) == NULL) {
+		(void)rmdir(path);
+		why = "out of memory";
+		goto off;
+	}
+	if (atexit(exec_cgroup_exit) != 0)
+		log_warnx("exec: %s is not removed at exit", path);
+	log_info("exec: a cgroup per task under %s", cg.base);
+	return;
+off:
+	log_info("exec: no cgroup per task (%s): tasks are held by their "
+	         "process group", why);
+}
+
+/* Lock held: removes task id's cgroup, or remembers it for later. */
+static void exec_cgroup_rmdir_locked(uint64_t id)
+{
+	char path[8192];
+
+	snprintf(path, sizeof(path), "%s/task.%llu", cg.base,
+	         (unsigned long long)id);
+	if (rmdir(path) == 0 || errno == ENOENT)
+		return;
+	if (errno == EBUSY && cg.npending < CGROUP_PENDING) {
+		cg.pending[cg.npending++] = id;
+		return;
+	}
+	log_errno(errno, "task %llu: removing its cgroup %s",
+	          (unsigned long long)id, path);
+}
+
+int exec_cgroup_new(uint64_t id, struct exec_cgroup *c)
+{
+	char path[8192];
+
+	c->procs = c->dir = -1;
+	if (cg.base == NULL)
+		return 0;
+	pthread_mutex_lock(&cg.lock);
+	unsigned n = cg.npending;
+	cg.npending = 0;
+	for (unsigned i = 0; i < n; i++)
+		if (cg.pending[i] != id)
+			exec_cgroup_rmdir_locked(cg.pending[i]);
+	pthread_mutex_unlock(&cg.lock);
+	snprintf(path, sizeof(path), "%s/task.%llu", cg.base,
+	         (unsigned long long)id);
+	if (mkdir(path, 0755) != 0 && errno != EEXIST)
+		return -errno;
+	c->dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (c->dir >= 0)
+		c->procs = openat(c->dir, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+	if (c->procs < 0) {
+		int err = -errno;
+		exec_cgroup_done(c, id);
+		return err;
+	}
+	return 0;
+}
+
+void exec_cgroup_kill(const struct exec_cgroup *c)
+{
+	if (c->dir < 0)
+		return;
+	int fd = openat(c->dir, "cgroup.kill", O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, "1", 1) != 1)
+		log_errno(errno, "exec: cgroup.kill");
+	if (fd >= 0)
+		close(fd);
+}
+
+void exec_cgroup_done(struct exec_cgroup *c, uint64_t id)
+{
+	if (c->dir < 0)
+		return;
+	if (c->procs >= 0)
+		close(c->procs);
+	close(c->dir);
+	c->procs = c->dir = -1;
+	pthread_mutex_lock(&cg.lock);
+	exec_cgroup_rmdir_locked(id);
+	pthread_mutex_unlock(&cg.lock);
+}

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +148,23 @@ START_TEST(watchdog_env)
 		ck_assert_int_eq(notify_watchdog_interval(), 0);
 		ncleanup();
 	}
+
+	/* An abstract name: '@' stands for the leading NUL. */
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char name[64];
+	int n = snprintf(name, sizeof(name), "@check_notify.%d", (int)getpid());
+	memcpy(sa.sun_path, name, (size_t)n);
+	sa.sun_path[0] = '\0';
+	int ab = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(ab, 0);
+	ck_assert_int_eq(bind(ab, (struct sockaddr *)&sa,
+	                      (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+	                                  (size_t)n)), 0);
+	setenv("NOTIFY_SOCKET", name, 1);
+	ck_assert_int_eq(notify_init(), 0);
+	ck_assert_int_eq(notify_send("READY=1"), 0);
+	ck_assert_int_eq(recv(ab, buf, sizeof(buf) - 1, 0), 7);
+	close(ab);
 
 	/* A NOTIFY_SOCKET that is not a path or an abstract name. */
 	nsetup(NULL, NULL);

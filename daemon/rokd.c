@@ -24,9 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "exec.h"
@@ -228,27 +227,13 @@ static void rokd_raise_nofile(void)
 	}
 }
 
-/* Tells systemd (Type=notify) that rokd is ready or stopping. */
-static void rokd_notify(const char *state)
+/* Tells systemd (Type=notify); a failure is logged, never fatal. */
+static void rokd_notify(const char *msg)
 {
-	const char *path = getenv("NOTIFY_SOCKET");
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int err = notify_send("%s", msg);
 
-	if (path == NULL || (path[0] != '/' && path[0] != '@') ||
-	    strlen(path) >= sizeof(sa.sun_path))
-		return;
-	memcpy(sa.sun_path, path, strlen(path));
-	if (sa.sun_path[0] == '@')
-		sa.sun_path[0] = '\0';   /* abstract namespace */
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return;
-	socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
-	                            strlen(path));
-	if (sendto(fd, state, strlen(state), MSG_NOSIGNAL,
-	           (struct sockaddr *)&sa, len) < 0)
-		log_warn("sd_notify");
-	close(fd);
+	if (err < 0)
+		log_errno(err, "sd_notify %s", msg);
 }
 
 static void rokd_daemonize(void)
@@ -337,6 +322,9 @@ int main(int argc, char **argv)
 	rokd_apply(&o);
 	if (o.daemonize)
 		rokd_daemonize();
+	/* Before any thread: it edits the environment. */
+	if ((err = notify_init()) < 0)
+		log_errno(err, "NOTIFY_SOCKET: ignored");
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
@@ -379,13 +367,27 @@ int main(int argc, char **argv)
 	rok_stats_get(&st);
 	log_info("rokd %s ready: %u workers, state in %s", ROKD_VERSION,
 	         st.workers, config.state_dir);
+	/* The journal is recovered and the socket accepts. */
 	rokd_notify("READY=1");
+	if ((err = notify_start()) < 0)
+		fatalx("cannot start the watchdog task: %s", strerror(-err));
 
 	for (;;) {
 		if (sigwait(&sigs, &sig) != 0)
 			continue;
 		if (sig == SIGHUP) {
+			/* MONOTONIC_USEC: newer systemd wants it with
+			 * RELOADING=1; older ones ignore it. */
+			struct timespec ts;
+			char msg[64];
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			snprintf(msg, sizeof(msg),
+			         "RELOADING=1\nMONOTONIC_USEC=%llu",
+			         (unsigned long long)ts.tv_sec * 1000000 +
+			         (unsigned long long)ts.tv_nsec / 1000);
+			rokd_notify(msg);
 			rokd_reload(&o);
+			rokd_notify("READY=1");
 			continue;
 		}
 		break;

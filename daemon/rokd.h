@@ -36,6 +36,21 @@ void log_errno(int err, const char *fmt, ...)
 void fatalx(const char *fmt, ...) __attribute__((format(printf, 1, 2),
                                                   noreturn));
 
+/* ---- notify.c: systemd notifications (sd_notify protocol) ------------ */
+/* Main thread, before any other thread: reads and unsets NOTIFY_SOCKET,
+ * WATCHDOG_USEC, WATCHDOG_PID.  0, or -errno for an unusable
+ * NOTIFY_SOCKET (then every send is a no-op).  A second call starts over. */
+int notify_init(void);
+bool notify_enabled(void);
+/* WATCHDOG=1 period in ns (half WATCHDOG_USEC); 0: no watchdog. */
+int64_t notify_watchdog_interval(void);
+/* Any thread: one message, never blocking.  0 (also when there is no
+ * NOTIFY_SOCKET) or -errno. */
+int notify_send(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* After rok_start: spawns the runtime task that sends WATCHDOG=1 and
+ * STATUS= (rok_stop ends it).  0 or -errno from rok_spawn. */
+int notify_start(void);
+
 /* ---- config.c: settings (main thread; read-only once started) --------- */
 struct config {
 	char *socket_path;

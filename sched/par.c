@@ -70,7 +70,8 @@ static int par_spawn(rok_poll_fn poll, const void *frame, size_t size,
 	unsigned home = ((pool ? me->index + 1u : 0) + k) % executor.nworkers;
 	if (pool && home == me->index)
 		return -EAGAIN;
-	return task_spawn(NULL, poll, frame, size, (uint16_t)home, false);
+	return task_spawn(NULL, poll, frame, size, (uint16_t)home, false,
+	                  false);
 }
 
 /* ---- for_each --------------------------------------------------------- */

@@ -307,7 +307,7 @@ static uint16_t executor_home_for_spawn(void)
 	if (!executor.thread_per_core)
 		return TASK_HOME_ANY;
 	if (me != NULL && !me->guest)
-		return me->index;
+		return me->home;   /* a helper's are its root's */
 	return (uint16_t)(atomic_fetch_add_explicit(&executor.next_home, 1,
 	                                            memory_order_relaxed) %
 	                  executor.nworkers);

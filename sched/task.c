@@ -67,11 +67,11 @@ void task_schedule(rok_task *t, bool from_self)
 	struct worker *me = executor_tls.worker;
 
 	if (t->home != TASK_HOME_ANY) {
-		struct worker *home = atomic_load_explicit(
-			&executor.workers[t->home], memory_order_relaxed);
-		if (home == me && runq_push(&me->pinned, t) == 0)
+		if (me != NULL && worker_owns(me, t) &&
+		    worker_push_own(me, t) == 0)
 			return;
-		worker_push_remote(home, t);
+		worker_push_remote(atomic_load_explicit(
+			&executor.workers[t->home], memory_order_relaxed), t);
 		return;
 	}
 	if (me != NULL) {

@@ -307,7 +307,7 @@ static uint16_t executor_home_for_spawn(void)
 	if (!executor.thread_per_core)
 		return TASK_HOME_ANY;
 	if (me != NULL && !me->guest)
-		return me->index;
+		return me->home;   /* a helper's are its root's */
 	return (uint16_t)(atomic_fetch_add_explicit(&executor.next_home, 1,
 	                                            memory_order_relaxed) %
 	                  executor.nworkers);
@@ -334,7 +334,7 @@ int rok_spawn(rok_task **out, rok_poll_fn poll, const void *frame,
 		return mode;
 	}
 	return task_spawn(out, poll, frame, size, executor_home_for_spawn(),
-	                  mode == 1);
+	                  false, mode == 1);
 }
 
 int rok_spawn_local(rok_task **out, rok_poll_fn poll, const void *frame,
@@ -349,7 +349,7 @@ int rok_spawn_local(rok_task **out, rok_poll_fn poll, const void *frame,
 	int mode = executor_spawn_mode();
 	if (mode < 0)
 		return mode;
-	return task_spawn(out, poll, frame, size, me->index, mode == 1);
+	return task_spawn(out, poll, frame, size, me->index, true, mode == 1);
 }
 
 int executor_slot_take(struct worker **out, bool guest)
@@ -433,7 +433,7 @@ int rok_block_on(rok_poll_fn poll, const void *frame, size_t size,
 	    (err = executor_guest_enter(&w)) < 0)
 		return err;
 	executor_tls.worker = w;
-	err = task_spawn(&root, poll, frame, size, w->index, false);
+	err = task_spawn(&root, poll, frame, size, w->index, true, false);
 	if (err == 0) {
 		worker_run_guest(w, root);
 		err = task_result(root, result);

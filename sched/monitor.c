@@ -27,12 +27,22 @@
  * it (monitor_look), so that the slot cannot starve it (SPEC A2).
  *
  * Not handed off: a worker with spawn_local tasks pinned to it (they may only
- * run on its thread), and thread-per-core workers, whose every task is
- * pinned.  Guests (block_on threads) are not watched.  SPEC A7 would let a
- * thread-per-core worker go on on another thread; doing so needs its pinned
- * queue and pinned count handed to the helper while the stuck thread, for
- * the rest of its poll, queues through the inbox instead (a real hand-off
- * of the worker, as Go's P), which this design does not do yet.
+ * run on its thread).  Guests (block_on threads) are not watched.
+ *
+ * Thread-per-core workers are handed off too (SPEC A7: a blocked worker may
+ * continue on another OS thread), unless spawn_local tasks are pinned to
+ * them as above.  Every task is pinned to a worker there, so the helper
+ * runs the stuck worker's tasks only, never another worker's: it stands in
+ * for the worker (same home index, same CPU) and takes from its shared
+ * inbox and its deque, where such a worker keeps the tasks that are pinned
+ * to it but not to its thread (worker.c).  Once its blocking call returns,
+ * the stuck task runs on until its poll ends beside the tasks the helper
+ * runs: while a hand-off lasts, two tasks of one worker may run at once
+ * (SPEC A7 promises a task a worker, not a thread).
+ *
+ * Each helper has a `root`, the pool worker at the end of its chain of
+ * stuck workers, whose timers it fires and, in thread-per-core mode, whose
+ * tasks it runs.
  *
  * An idle pool costs nothing: when every worker is parked and no helper runs,
  * the monitor sleeps until a worker wakes up (monitor_poke).
@@ -118,19 +128,35 @@ static bool monitor_thread_asleep(pid_t tid)
 	return p != NULL && p[1] == ' ' && (p[2] == 'S' || p[2] == 'D');
 }
 
-/* A helper struct to reuse, or a new one (monitor thread only). */
-static struct worker *monitor_helper_struct(void)
+/*
+ * A helper struct for `root`'s chain: one to reuse, or a new one (monitor
+ * thread only).  In thread-per-core mode one that last served the same root
+ * is preferred, since other helpers read `root` without a lock to find
+ * their root's work (worker_tpc_steal), and a change is only a hint to them.
+ */
+static struct worker *monitor_helper_struct(struct worker *root)
 {
 	unsigned n = atomic_load_explicit(&executor.nhelpers,
 	                                  memory_order_relaxed);
-	struct worker *h;
+	struct worker *h, *spare = NULL;
 
-	for (unsigned i = 0; i < n; i++)
-		if (!executor.helpers[i]->active)
-			return executor.helpers[i];
+	for (unsigned i = 0; i < n; i++) {
+		h = executor.helpers[i];
+		if (h->active)
+			continue;
+		if (atomic_load_explicit(&h->root, memory_order_relaxed) == root)
+			return h;
+		if (spare == NULL)
+			spare = h;
+	}
+	if (spare != NULL) {
+		atomic_store_explicit(&spare->root, root, memory_order_relaxed);
+		return spare;
+	}
 	if (n == EXECUTOR_MAX_HELPERS || executor_slot_take(&h, false) < 0)
 		return NULL;
 	h->helper = true;
+	atomic_store_explicit(&h->root, root, memory_order_relaxed);
 	executor.helpers[n] = h;
 	/* Release: thieves that read the new count see the struct. */
 	atomic_store_explicit(&executor.nhelpers, n + 1, memory_order_release);
@@ -139,13 +165,17 @@ static struct worker *monitor_helper_struct(void)
 
 static void monitor_hand_off(struct worker *stuck, uint32_t seq)
 {
-	struct worker *h = monitor_helper_struct();
+	struct worker *root = atomic_load_explicit(&stuck->root,
+	                                           memory_order_relaxed);
+	struct worker *h = monitor_helper_struct(root);
 
 	if (h == NULL)
 		return;   /* none to be had: look again next period */
 	h->stuck = stuck;
 	h->stuck_seq = seq;
-	h->wheel = stuck->wheel;
+	h->wheel = &root->timers;
+	/* Thread-per-core: it runs the root's tasks as its own. */
+	h->home = executor.thread_per_core ? root->index : h->index;
 	h->mon_seen = atomic_load_explicit(&h->poll_seq, memory_order_relaxed);
 	atomic_store(&h->retired, false);
 	if (executor_thread_create(&h->thread, worker_helper_main, h) < 0)
@@ -249,8 +279,8 @@ int monitor_start(void)
 {
 	monitor.running = false;
 	atomic_store_explicit(&monitor.handoffs, 0, memory_order_relaxed);
-	if (executor.thread_per_core || executor.nworkers == 0)
-		return 0;   /* every task is pinned: nothing to hand off */
+	if (executor.nworkers == 0)
+		return 0;
 	atomic_store(&monitor.sleeping, false);
 	int err = executor_thread_create(&monitor.thread, monitor_main, NULL);
 	if (err < 0)

@@ -57,9 +57,8 @@ static unsigned par_workers(void)
 
 /* Spawns helper number `k` (detached).  0 or -errno; -EAGAIN in
  * thread-per-core mode when helper k would be pinned to the caller's own
- * worker, where it could only run after the call (and would count as a
- * spawn_local task, which keeps the monitor from handing that worker's
- * queue off while the caller blocks). */
+ * worker, where it could only run after the call (or, as the caller
+ * blocks, on a monitor's helper standing in for the worker). */
 static int par_spawn(rok_poll_fn poll, const void *frame, size_t size,
                      unsigned k)
 {
@@ -67,10 +66,11 @@ static int par_spawn(rok_poll_fn poll, const void *frame, size_t size,
 		return rok_spawn(NULL, poll, frame, size);
 	struct worker *me = executor_tls.worker;
 	bool pool = me != NULL && !me->guest;
-	unsigned home = ((pool ? me->index + 1u : 0) + k) % executor.nworkers;
-	if (pool && home == me->index)
+	unsigned home = ((pool ? me->home + 1u : 0) + k) % executor.nworkers;
+	if (pool && home == me->home)
 		return -EAGAIN;
-	return task_spawn(NULL, poll, frame, size, (uint16_t)home, false);
+	return task_spawn(NULL, poll, frame, size, (uint16_t)home, false,
+	                  false);
 }
 
 /* ---- for_each --------------------------------------------------------- */

@@ -67,11 +67,11 @@ void task_schedule(rok_task *t, bool from_self)
 	struct worker *me = executor_tls.worker;
 
 	if (t->home != TASK_HOME_ANY) {
-		struct worker *home = atomic_load_explicit(
-			&executor.workers[t->home], memory_order_relaxed);
-		if (home == me && runq_push(&me->pinned, t) == 0)
+		if (me != NULL && worker_owns(me, t) &&
+		    worker_push_own(me, t) == 0)
 			return;
-		worker_push_remote(home, t);
+		worker_push_remote(atomic_load_explicit(
+			&executor.workers[t->home], memory_order_relaxed), t);
 		return;
 	}
 	if (me != NULL) {
@@ -121,7 +121,7 @@ void task_wake_by_val_fifo(rok_task *t)
 }
 
 int task_spawn(rok_task **out, rok_poll_fn poll, const void *frame,
-               size_t size, uint16_t home, bool cancelled)
+               size_t size, uint16_t home, bool local, bool cancelled)
 {
 	struct executor_thread *me = &executor_tls;
 	uint8_t cls;
@@ -142,9 +142,12 @@ int task_spawn(rok_task **out, rok_poll_fn poll, const void *frame,
 	t->home = home;
 	t->size_class = cls;
 	t->flags = 0;
-	if (home != TASK_HOME_ANY && me->worker != NULL &&
-	    me->worker->index == home) {
-		t->flags |= TASK_F_PINNED;   /* block_on waits for these */
+	/* Counted for block_on, which waits for these, and for the monitor,
+	 * which hands off no worker that has any (SPEC A6).  Not the tasks a
+	 * thread-per-core worker spawns: pinned to the worker, not its thread,
+	 * they may go on on another thread (SPEC A7). */
+	if (local) {
+		t->flags |= TASK_F_PINNED;
 		worker_set_pinned(me->worker, 1);
 	}
 	if (size > 0)

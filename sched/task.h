@@ -43,7 +43,8 @@ enum {
 /* task->flags: owned by the thread polling the task. */
 enum {
 	TASK_F_YIELDED = 1u << 0,   /* rok_yield_now gave way once already */
-	TASK_F_PINNED  = 1u << 1,   /* counted in its home's pinned_live */
+	TASK_F_PINNED  = 1u << 1,   /* runs on its home's thread only; counted
+	                               in its home's pinned_live */
 	TASK_F_EXTERNAL = 1u << 2,  /* never polled: see task_new_external */
 };
 
@@ -70,10 +71,12 @@ static inline void *task_frame(rok_task *t)
 }
 
 /* Allocates and schedules a task; see rok_spawn.  home: TASK_HOME_ANY or a
- * worker index; cancelled: born cancelled (spawned during stop).  The
- * executor must be started.  Returns 0 or -errno. */
+ * worker index; local: it may only run on the calling worker's thread, whose
+ * index `home` is (spawn_local, block_on: TASK_F_PINNED); cancelled: born
+ * cancelled (spawned during stop).  The executor must be started.  Returns
+ * 0 or -errno. */
 int task_spawn(rok_task **out, rok_poll_fn poll, const void *frame,
-               size_t size, uint16_t home, bool cancelled);
+               size_t size, uint16_t home, bool local, bool cancelled);
 
 /* Ends a task with a value (has_value) or without (cancelled), wakes its
  * joiners and drops the runtime's reference.  The caller polled it or owns

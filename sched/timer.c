@@ -351,9 +351,10 @@ static rok_poll timer_wait(rok_cx *cx, rok_sleep_op *op, int64_t now)
 	atomic_fetch_add_explicit(&tw->count, 1, memory_order_relaxed);
 	spin_unlock(&tw->lock);
 	if (tw != &me->timers)
-		/* A helper armed its stuck worker's wheel; that worker may be
-		 * back and parked with a longer timeout: let it look again. */
-		worker_unpark(me->stuck);
+		/* A helper armed its root's wheel; the root may be back and
+		 * parked with a longer timeout: let it look again. */
+		worker_unpark(atomic_load_explicit(&me->root,
+		                                   memory_order_relaxed));
 	return ROK_PENDING;
 }
 

@@ -3,9 +3,9 @@
  *
  * A worker owns three queues: its Chase-Lev deque (stealable), its pinned
  * run queue (tasks that may only run on this thread: spawn_local, the
- * block_on root, every task in thread-per-core mode) and a LIFO slot for the
- * task most recently woken or spawned by the task it is running.  Other
- * threads reach it through its inbox, a lock-free stack.
+ * block_on root) and a LIFO slot for the task most recently woken or
+ * spawned by the task it is running.  Other threads reach it through its
+ * inbox, a lock-free stack.
  *
  * Which task next (worker_next): every 61st tick the inbox and the global
  * injector first, so remote work is never starved by local work (Go uses
@@ -28,6 +28,29 @@
  * Guest workers (threads inside rok_block_on) have the same struct but only
  * run their pinned queue and inbox; nobody steals from them and they steal
  * from nobody.
+ *
+ * Thread-per-core mode (SPEC A7): every task is pinned to its home worker
+ * and workers never steal from each other, yet a pool worker keeps its
+ * tasks in its deque, not in the pinned queue, and other threads queue them
+ * in its shared inbox (worker_push_own, worker_inbox_for); only spawn_local
+ * tasks, pinned to its thread (TASK_F_PINNED), keep to the pinned queue and
+ * the inbox.  The reason is the hand-off (SPEC A6, monitor.c): when the
+ * worker blocks inside a poll, a helper thread must take over its queue
+ * while the stuck thread may still queue tasks from the rest of that poll.
+ * The deque is built for just that: one producer (the worker's thread,
+ * stuck or not), any number of consumers, lock-free, with a release store
+ * per push.  The owner-only pinned queue could change hands only with a
+ * lock or fence on every push or poll, since nothing tells the stuck thread
+ * when its call returns.  The price is the deque's CAS per pop, which the
+ * default mode pays too.  The helper stands in for the worker: its `home`
+ * is the worker's index (so the tasks it spawns or wakes are the worker's
+ * and go to its own deque), its thread is pinned to the worker's CPU, and
+ * while the stuck poll lasts it takes the worker's shared inbox and steals
+ * from its deque and from the deques of the worker's other helpers
+ * (worker_tpc_steal: a helper that blocks in turn gets a helper too, which
+ * must reach what both hold).  The worker, back and out of work, takes back
+ * what its helpers still hold before it parks; a helper retires once the
+ * thread it stands in for is back and it holds nothing.
  */
 #include <errno.h>
 #include <linux/futex.h>
@@ -61,7 +84,10 @@ struct worker *worker_new(uint16_t index, bool guest)
 		return NULL;
 	}
 	w->index = index;
+	w->home = index;
 	w->guest = guest;
+	w->own_deque = executor.thread_per_core && !guest;
+	atomic_init(&w->root, w);
 	timer_init(&w->timers);
 	w->wheel = &w->timers;
 	w->rng = 0x9e3779b9u * (index + 1u);
@@ -127,6 +153,16 @@ void worker_unpark(struct worker *w)
 
 void (*worker_push_remote_hook)(void);
 
+/* The inbox of `home` for `t`, which the caller owns (it is being queued),
+ * so its flags are stable: helpers may take what is not pinned to the
+ * thread of a thread-per-core worker. */
+static struct injector *worker_inbox_for(struct worker *home, rok_task *t)
+{
+	return home->own_deque && !(t->flags & TASK_F_PINNED)
+	               ? &home->shared_inbox
+	               : &home->inbox;
+}
+
 void worker_push_remote(struct worker *home, rok_task *t)
 {
 	/*
@@ -144,7 +180,7 @@ void worker_push_remote(struct worker *home, rok_task *t)
 	if (guest)
 		atomic_fetch_add_explicit(&home->wakers, 1,
 		                          memory_order_relaxed);
-	injector_push(&home->inbox, t);
+	injector_push(worker_inbox_for(home, t), t);
 	if (worker_push_remote_hook != NULL)
 		worker_push_remote_hook();
 	worker_unpark(home);
@@ -198,21 +234,42 @@ void worker_push_local(struct worker *w, rok_task *t, bool from_self)
 	executor_notify();
 }
 
-/* Takes the inbox (into the pinned queue) and, for pool workers, the
- * injector (into the deque); returns the first task taken. */
-static rok_task *worker_take_remote(struct worker *w)
+int worker_push_own(struct worker *w, rok_task *t)
 {
-	rok_task *first = NULL;
-	rok_task *t = injector_take_all(&w->inbox);
+	if (w->own_deque && !(t->flags & TASK_F_PINNED))
+		return deque_push(&w->deque, t);
+	return runq_push(&w->pinned, t);
+}
 
+/* Moves the tasks of an inbox list (all w's own) to w's queues but the first,
+ * which it returns (or *first if set already). */
+static rok_task *worker_take_list(struct worker *w, rok_task *t,
+                                  rok_task *first)
+{
 	while (t != NULL) {
 		rok_task *next = t->next;
 		if (first == NULL)
 			first = t;
-		else if (runq_push(&w->pinned, t) < 0)
-			injector_push(&w->inbox, t);   /* retried next time */
+		else if (worker_push_own(w, t) < 0)
+			/* Retried next time. */
+			injector_push(worker_inbox_for(w, t), t);
 		t = next;
 	}
+	return first;
+}
+
+/* Takes the inboxes (into the pinned queue, or the deque: worker_push_own)
+ * and, for pool workers, the injector (into the deque); returns the first
+ * task taken. */
+static rok_task *worker_take_remote(struct worker *w)
+{
+	rok_task *first = worker_take_list(w, injector_take_all(&w->inbox),
+	                                   NULL);
+	rok_task *t;
+
+	if (w->own_deque)
+		first = worker_take_list(
+			w, injector_take_all(&w->shared_inbox), first);
 	if (w->guest || first != NULL)
 		return first;
 	t = injector_take_all(&executor.injector);
@@ -317,13 +374,76 @@ static rok_task *worker_steal_from_pool(struct worker *w)
 	return NULL;
 }
 
+/* A task taken by worker_tpc_steal: the first of w's own to run now, the
+ * rest into w's deque, any other home's back to its home.  (No task is
+ * unpinned in this mode; should one be, it goes to the injector.) */
+static void worker_tpc_keep(struct worker *w, rok_task *t, rok_task **first)
+{
+	bool own = worker_owns(w, t);
+
+	if (own && *first == NULL) {
+		*first = t;
+	} else if (t->home == TASK_HOME_ANY) {
+		injector_push(&executor.injector, t);
+		executor_notify();
+	} else if (!own || worker_push_own(w, t) < 0) {
+		worker_push_remote(atomic_load_explicit(
+			&executor.workers[t->home], memory_order_relaxed), t);
+	}
+}
+
+/*
+ * Thread-per-core: takes tasks of w's root that another thread of that root
+ * holds -- never a task of another worker, nor one pinned to a thread
+ * (those are in no queue taken here).  Victims: the deques of the helpers
+ * standing in for the root (monitor.c) and, with_root, the root's shared
+ * inbox and deque (a helper whose stuck worker is still away).  Half of
+ * the first non-empty deque, as a thief takes.  The helpers' roots are
+ * read relaxed, as a hint: a helper struct reused for another root
+ * meanwhile may yield a task homed elsewhere, which goes on to its home's
+ * inbox.  Not counted as steals: the tasks stay with their worker.
+ */
+static rok_task *worker_tpc_steal(struct worker *w, bool with_root)
+{
+	struct worker *root = atomic_load_explicit(&w->root,
+	                                           memory_order_relaxed);
+	/* Acquire: pairs with the release that published helpers[i]. */
+	unsigned n = atomic_load_explicit(&executor.nhelpers,
+	                                  memory_order_acquire);
+	void *buf[WORKER_STEAL_MAX];
+	rok_task *first = NULL, *t = NULL;
+	size_t k = 0;
+
+	if (with_root) {
+		t = injector_take_all(&root->shared_inbox);
+		if (t == NULL)
+			k = deque_steal(&root->deque, buf, WORKER_STEAL_MAX);
+	}
+	for (unsigned i = 0; t == NULL && k == 0 && i < n; i++) {
+		struct worker *v = executor.helpers[i];
+		if (v != w && atomic_load_explicit(&v->root,
+		                                   memory_order_relaxed) == root)
+			k = deque_steal(&v->deque, buf, WORKER_STEAL_MAX);
+	}
+	while (t != NULL) {
+		rok_task *next = t->next;
+		worker_tpc_keep(w, t, &first);
+		t = next;
+	}
+	for (size_t j = 0; j < k; j++)
+		worker_tpc_keep(w, buf[j], &first);
+	return first;
+}
+
 static rok_task *worker_steal(struct worker *w)
 {
+	/* Thread-per-core workers never steal from each other; what their
+	 * own helpers still hold comes back to them. */
+	if (executor.thread_per_core)
+		return worker_tpc_steal(w, false);
 	/* A lone worker searches too: parking as the last searcher is what
 	 * makes it look at the injector once more (idle.c), without which a
 	 * remote spawn racing with its park is never seen. */
-	if (executor.thread_per_core)
-		return NULL;
 	if (!w->searching) {
 		if (!idle_begin_search(&executor.idle))
 			return NULL;
@@ -370,7 +490,8 @@ static bool worker_park_set(struct worker *w)
 {
 	atomic_store(&w->park_word, 1);
 	atomic_thread_fence(memory_order_seq_cst);
-	if (!injector_is_empty(&w->inbox) || worker_stopping()) {
+	if (!injector_is_empty(&w->inbox) ||
+	    !injector_is_empty(&w->shared_inbox) || worker_stopping()) {
 		atomic_store(&w->park_word, 0);
 		return false;
 	}
@@ -460,14 +581,15 @@ static void worker_found_work(struct worker *w)
 		executor_notify();   /* keep someone looking */
 }
 
-static void worker_pin_cpu(struct worker *w)
+/* Pins the calling thread to the CPU of pool worker `index`. */
+static void worker_pin_cpu(unsigned index)
 {
 	cpu_set_t allowed, one;
 	int seen = 0;
 
 	if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
 		return;
-	int want = (int)(w->index % (unsigned)CPU_COUNT(&allowed));
+	int want = (int)(index % (unsigned)CPU_COUNT(&allowed));
 	for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
 		if (!CPU_ISSET(cpu, &allowed))
 			continue;
@@ -489,7 +611,7 @@ void *worker_main(void *arg)
 	executor_tls.worker = w;
 	atomic_store_explicit(&w->tid, gettid(), memory_order_relaxed);
 	if (executor.thread_per_core)
-		worker_pin_cpu(w);
+		worker_pin_cpu(w->index);
 	while (!worker_stopping()) {
 		if (w->tick % WORKER_TIMER_INTERVAL == 0)
 			worker_fire_timers(w);
@@ -514,7 +636,8 @@ static bool worker_helper_idle(struct worker *h)
 	return deque_len(&h->deque) == 0 && h->pinned.len == 0 &&
 	       atomic_load_explicit(&h->lifo, memory_order_relaxed) == NULL &&
 	       atomic_load_explicit(&h->pinned_live, memory_order_relaxed) == 0 &&
-	       injector_is_empty(&h->inbox);
+	       injector_is_empty(&h->inbox) &&
+	       injector_is_empty(&h->shared_inbox);
 }
 
 /* Sleeps up to 1 ms, or until unparked or the stuck wheel's next timer. */
@@ -536,25 +659,41 @@ static void worker_helper_nap(struct worker *h)
 	atomic_store(&h->park_word, 0);
 }
 
+/* The tasks a helper runs besides its own queues'. */
+static rok_task *worker_helper_take(struct worker *h, bool away)
+{
+	if (executor.thread_per_core)
+		/* Only its root's, and only while the worker it stands in
+		 * for is away: then that one takes them again. */
+		return away ? worker_tpc_steal(h, true) : NULL;
+	/* The stuck worker's LIFO task cannot wait for it. */
+	rok_task *t = atomic_exchange_explicit(&h->stuck->lifo, NULL,
+	                                       memory_order_acquire);
+	return t != NULL ? t : worker_steal_from_pool(h);
+}
+
 void *worker_helper_main(void *arg)
 {
 	struct worker *h = arg, *stuck = h->stuck;
 	/* The value the monitor saw, not a fresh read: the stuck poll may
 	 * have ended before this thread started. */
 	uint32_t stuck_seq = h->stuck_seq;
+	struct worker *root = atomic_load_explicit(&h->root,
+	                                           memory_order_relaxed);
 
 	executor_tls.worker = h;
 	atomic_store_explicit(&h->tid, gettid(), memory_order_relaxed);
+	if (executor.thread_per_core)
+		worker_pin_cpu(root->index);   /* it continues the root's work */
 	while (!worker_stopping()) {
 		if (h->tick % WORKER_TIMER_INTERVAL == 0)
 			worker_fire_timers(h);
 		rok_task *t = worker_next(h);
 		if (t == NULL)
-			/* The stuck worker's LIFO task cannot wait for it. */
-			t = atomic_exchange_explicit(&stuck->lifo, NULL,
-			                             memory_order_acquire);
-		if (t == NULL)
-			t = worker_steal_from_pool(h);
+			t = worker_helper_take(
+				h, atomic_load_explicit(&stuck->poll_seq,
+				                        memory_order_relaxed) ==
+				           stuck_seq);
 		if (t != NULL) {
 			worker_run_task(h, t);
 			continue;
@@ -571,7 +710,8 @@ void *worker_helper_main(void *arg)
 	frame_cache_flush(&executor_tls.cache);
 	executor_tls.worker = NULL;
 	atomic_store(&h->retired, true);
-	worker_unpark(stuck);   /* it may sleep past timers armed meanwhile */
+	/* The wheel's owner may sleep past timers armed meanwhile. */
+	worker_unpark(root);
 	return NULL;
 }
 

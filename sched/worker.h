@@ -18,6 +18,9 @@ struct worker {
 	/* Shared with thieves: its own cache lines (deque is 64-aligned). */
 	struct deque deque;                 /* stealable tasks */
 	struct injector inbox;              /* pinned tasks woken elsewhere */
+	struct injector shared_inbox;       /* thread-per-core: its other
+	                                       tasks woken elsewhere, which
+	                                       its helpers may take too */
 	_Alignas(64) _Atomic uint32_t park_word; /* 1 while parked */
 	_Atomic uint64_t steals;            /* written by the owner only */
 	_Atomic uint64_t parks;
@@ -33,6 +36,12 @@ struct worker {
 	                                       homed here; owner writes */
 	_Atomic unsigned wakers;            /* guest: worker_push_remote calls
 	                                       still touching this struct */
+	/* The pool worker whose timer wheel this thread fires and, in
+	 * thread-per-core mode, whose tasks it runs: itself, or for a helper
+	 * the pool worker at the end of its chain of stuck workers.  Written
+	 * by the monitor before the helper's thread starts; other helpers
+	 * read it relaxed, as a hint only (worker_tpc_steal). */
+	_Atomic(struct worker *) root;
 	struct timer_wheel timers;          /* sleeps of tasks run here */
 
 	/* Owner thread only. */
@@ -41,7 +50,14 @@ struct worker {
 	uint32_t tick;
 	uint32_t rng;
 	uint16_t index;                     /* in executor.workers */
+	uint16_t home;                      /* tasks homed here are its own:
+	                                       its index, or a thread-per-core
+	                                       helper's root's (set before its
+	                                       thread starts) */
 	bool guest;                         /* a rok_block_on thread */
+	bool own_deque;                     /* thread-per-core pool worker or
+	                                       helper: its own tasks go to its
+	                                       deque, not `pinned` (worker.c) */
 	bool searching;
 	bool helper;                        /* stands in for a stuck worker */
 	struct worker *stuck;               /* helper: the worker it stands in for */
@@ -87,6 +103,25 @@ void worker_run_guest(struct worker *w, rok_task *root);
 /* Queues `t` on the calling thread's worker `w` (owner only).  from_self: the
  * task re-queues itself (a yield), so it goes to the back, never LIFO. */
 void worker_push_local(struct worker *w, rok_task *t, bool from_self);
+
+/*
+ * True if `t` (homed, and owned by the caller: being scheduled) is one of
+ * w's own tasks, which w's thread queues itself: a TASK_F_PINNED task homed
+ * at w, or another task homed at w's home (thread-per-core).
+ */
+static inline bool worker_owns(const struct worker *w, const rok_task *t)
+{
+	return (t->flags & TASK_F_PINNED) ? t->home == w->index
+	                                  : t->home == w->home;
+}
+
+/*
+ * Queues `t`, one of w's own (worker_owns), where w's thread takes it: the
+ * pinned queue, or for a thread-per-core worker's unpinned tasks the deque,
+ * where its helpers may take it too (worker.c).  Owner only; 0, or -ENOMEM
+ * with nothing queued.
+ */
+int worker_push_own(struct worker *w, rok_task *t);
 
 /*
  * Queues `t`, pinned to `home`, in home's inbox and wakes home.  Any

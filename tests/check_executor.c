@@ -29,7 +29,9 @@
  *              block_on / task_wait / stop give -EDEADLK; stop during a
  *              block_on on another thread is refused.
  * tpc:         ROK_THREAD_PER_CORE=1: no steals, children run on their
- *              spawner's thread, remote spawns reach both workers.
+ *              spawner's thread, remote spawns reach both workers (the
+ *              threads are checked only if no worker was handed off,
+ *              since a helper may then run its tasks: SPEC A7).
  * steal:       normal mode: the children of one task end up on both
  *              workers through stealing.
  * handles:     dropping a handle does not cancel the task nor leak it (a
@@ -1215,14 +1217,20 @@ START_TEST(test_executor_tpc)
 	s.self_out = &spawner;
 	ck_assert_int_eq(cexec_spawner_run(&s), cexec_tri(n));
 	ck_assert_int_eq(cexec_spawn_errors, 0);
-	for (long i = 0; i < n; i++)
-		bad += !pthread_equal(y.first[i], spawner);
-	ck_assert_msg(bad == 0, "%ld of %ld children started on another "
-	              "thread than their spawner's", bad, n);
-	ck_assert_int_eq(cexec_wrong_thread, 0);
+	rok_stats_get(&st);
+	/* A worker the monitor found asleep inside one poll (a page fault, a
+	 * contended lock, on a loaded machine) goes on on a helper thread
+	 * (SPEC A7: thread identity is not stable): then only the count of
+	 * steals between workers says that nothing moved. */
+	if (st.handoffs == 0) {
+		for (long i = 0; i < n; i++)
+			bad += !pthread_equal(y.first[i], spawner);
+		ck_assert_msg(bad == 0, "%ld of %ld children started on "
+		              "another thread than their spawner's", bad, n);
+		ck_assert_int_eq(cexec_wrong_thread, 0);
+	}
 	ck_assert_int_ge(cexec_checked, 3 * n);
 	free(y.first);
-	rok_stats_get(&st);
 	ck_assert_uint_eq(st.workers, 2);
 	ck_assert_uint_eq(st.steals, 0);
 
@@ -1240,13 +1248,15 @@ START_TEST(test_executor_tpc)
 		ck_assert_int_eq((long)v, i);
 		rok_task_unref(remote[i]);
 	}
-	ck_assert_int_eq(cexec_distinct(remote_first, 100, seen, 4), 2);
-	ck_assert(pthread_equal(seen[0], spawner) ||
-	          pthread_equal(seen[1], spawner));
-	ck_assert(!pthread_equal(seen[0], pthread_self()));
-	ck_assert(!pthread_equal(seen[1], pthread_self()));
-	ck_assert_int_eq(cexec_wrong_thread, 0);
 	rok_stats_get(&st);
+	if (st.handoffs == 0) {
+		ck_assert_int_eq(cexec_distinct(remote_first, 100, seen, 4), 2);
+		ck_assert(pthread_equal(seen[0], spawner) ||
+		          pthread_equal(seen[1], spawner));
+		ck_assert(!pthread_equal(seen[0], pthread_self()));
+		ck_assert(!pthread_equal(seen[1], pthread_self()));
+		ck_assert_int_eq(cexec_wrong_thread, 0);
+	}
 	ck_assert_uint_eq(st.steals, 0);
 	ck_assert_int_eq(rok_stop(), 0);
 }

@@ -7,6 +7,7 @@
  * every blocker is inside its read(), so without a hand-off they would
  * deadlock; with it they complete.  Nothing here depends on timing except
  * the "not handed off" case, which watches for a while that nothing happens.
+ * The tpc cases do the same in thread-per-core mode (SPEC A7).
  */
 #include <dirent.h>
 #include <pthread.h>
@@ -176,7 +177,8 @@ START_TEST(stuck_worker_timers_fire)
 }
 END_TEST
 
-/* A worker with spawn_local tasks pinned to it is not handed off. */
+/* A worker with spawn_local tasks pinned to it is not handed off (SPEC A6),
+ * in thread-per-core mode (loop 1) too, where its other tasks may be. */
 struct pinner {
 	int fd;
 	char c;
@@ -227,6 +229,7 @@ START_TEST(pinned_worker_not_handed_off)
 	struct rok_stats st;
 
 	test_workers(1);
+	ck_assert_int_eq(setenv("ROK_THREAD_PER_CORE", _i ? "1" : "0", 1), 0);
 	ck_assert_int_eq(pipe(fds), 0);
 	ck_assert_int_eq(rok_chan_new(&ch, 1), 0);
 	struct pinner f = { .fd = fds[0], .ch = ch };
@@ -331,17 +334,198 @@ START_TEST(monitor_wakes_after_late_poke)
 }
 END_TEST
 
+/*
+ * Thread-per-core (SPEC A7, A6): a blocked worker's queue goes on on a
+ * helper thread pinned to the same CPU.  The blocker spawns its children
+ * (homed at its own worker, queued behind it) and blocks in read(); the test
+ * adds remote spawns (half of them homed there, through the inbox) and
+ * writes the pipe only once all have run.  Back from read(), on the stuck
+ * thread while a helper may still run, it spawns more, and one spawn_local
+ * task, which must run on that thread.  Every child runs exactly once, each
+ * on a thread pinned like its worker's, and stop joins every thread.
+ * Without the hand-off the children wait for the blocker, which waits for
+ * them: the tcase times out.  With chain, the first child blocks too (on
+ * the helper, with half the queue stolen behind it), and a second helper
+ * runs both what the first holds and what the worker holds.
+ */
+enum { TPC_MAX = 4000 };
+
+static _Atomic int tpc_runs[TPC_MAX];
+static _Atomic long tpc_wrong_cpu;
+static cpu_set_t tpc_cpus;   /* the blocker's thread's, before it blocks */
+
+static bool tpc_on_worker_cpus(void)
+{
+	cpu_set_t mine;
+
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
+	return CPU_EQUAL(&mine, &tpc_cpus);
+}
+
+struct tpc_child {
+	long i;
+	bool local;   /* homed at the blocker's worker: check the CPUs */
+};
+
+static rok_poll tpc_child_poll(rok_cx *cx, void *frame)
+{
+	struct tpc_child *f = frame;
+
+	ROK_BEGIN(cx);
+	if (f->local && !tpc_on_worker_cpus())
+		atomic_fetch_add(&tpc_wrong_cpu, 1);
+	ROK_YIELD(cx);   /* re-queued by whichever thread runs it */
+	if (f->local && !tpc_on_worker_cpus())
+		atomic_fetch_add(&tpc_wrong_cpu, 1);
+	atomic_fetch_add(&tpc_runs[f->i], 1);
+	atomic_fetch_add(&done, 1);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+/* Spawned with rok_spawn_local by the stuck thread while a helper runs:
+ * pinned to that thread, not merely to the worker. */
+static _Atomic int tpc_local_done, tpc_local_wrong;
+
+struct tpc_local {
+	pthread_t want;
+};
+
+static rok_poll tpc_local_poll(rok_cx *cx, void *frame)
+{
+	struct tpc_local *f = frame;
+
+	ROK_BEGIN(cx);
+	if (!pthread_equal(pthread_self(), f->want))
+		atomic_fetch_add(&tpc_local_wrong, 1);
+	ROK_YIELD(cx);
+	if (!pthread_equal(pthread_self(), f->want))
+		atomic_fetch_add(&tpc_local_wrong, 1);
+	atomic_store(&tpc_local_done, 1);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+struct tpc_blocker {
+	int fd, chain_fd;
+	long n, late;
+	char c;
+};
+
+static rok_task *tpc_chain;   /* the second blocker, or NULL */
+
+static void tpc_spawn_children(long from, long to)
+{
+	for (long i = from; i < to; i++) {
+		struct tpc_child c = { .i = i, .local = true };
+		ck_assert_int_eq(rok_spawn(NULL, tpc_child_poll, &c, sizeof(c)),
+		                 0);
+	}
+}
+
+static rok_poll tpc_blocker_poll(rok_cx *cx, void *frame)
+{
+	struct tpc_blocker *f = frame;
+
+	ROK_BEGIN(cx);
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(tpc_cpus), &tpc_cpus),
+	                 0);
+	if (f->chain_fd >= 0) {
+		struct blocker b = { .fd = f->chain_fd };
+		ck_assert_int_eq(rok_spawn(&tpc_chain, blocker_poll, &b,
+		                           sizeof(b)), 0);
+	}
+	tpc_spawn_children(0, f->n);
+	atomic_fetch_add(&blocked, 1);
+	if (read(f->fd, &f->c, 1) != 1)
+		ROK_RETURN(cx, -1);
+	tpc_spawn_children(f->n, f->n + f->late);
+	struct tpc_local l = { .want = pthread_self() };
+	ck_assert_int_eq(rok_spawn_local(NULL, tpc_local_poll, &l, sizeof(l)),
+	                 0);
+	ROK_RETURN(cx, f->c);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+START_TEST(tpc_blocked_worker_hands_off)
+{
+	bool chain = _i == 1;
+	long n = test_scale(1000), late = test_scale(1000),
+	     remote = test_scale(1000), total = n + late + remote;
+	int fds[2], chain_fds[2] = { -1, -1 };
+	rok_task *b;
+	void *v;
+	struct rok_stats st;
+
+	ck_assert_int_le(total, TPC_MAX);
+	ck_assert_int_eq(setenv("ROK_THREAD_PER_CORE", "1", 1), 0);
+	test_workers(2);
+	int threads = count_threads();
+	ck_assert_int_eq(pipe(fds), 0);
+	if (chain)
+		ck_assert_int_eq(pipe(chain_fds), 0);
+	struct tpc_blocker f = { .fd = fds[0], .chain_fd = chain_fds[0],
+	                         .n = n, .late = late };
+	ck_assert_int_eq(rok_spawn(&b, tpc_blocker_poll, &f, sizeof(f)), 0);
+	while (atomic_load(&blocked) < (chain ? 2 : 1))
+		sched_yield();
+	for (long i = n + late; i < total; i++) {
+		struct tpc_child c = { .i = i };
+		ck_assert_int_eq(rok_spawn(NULL, tpc_child_poll, &c, sizeof(c)),
+		                 0);
+	}
+	while (atomic_load(&done) < n + remote)
+		sched_yield();
+	ck_assert_int_eq(write(fds[1], "x", 1), 1);
+	ck_assert_int_eq(rok_task_wait(b, &v), 0);
+	ck_assert_int_eq((intptr_t)v, 'x');
+	if (chain) {
+		ck_assert_int_eq(write(chain_fds[1], "y", 1), 1);
+		ck_assert_int_eq(rok_task_wait(tpc_chain, &v), 0);
+		ck_assert_int_eq((intptr_t)v, 'y');
+		rok_task_unref(tpc_chain);
+	}
+	while (atomic_load(&done) < total || !atomic_load(&tpc_local_done))
+		sched_yield();
+	ck_assert_int_eq(atomic_load(&tpc_local_wrong), 0);
+	for (long i = 0; i < total; i++)
+		ck_assert_msg(atomic_load(&tpc_runs[i]) == 1,
+		              "child %ld ran %d times", i,
+		              atomic_load(&tpc_runs[i]));
+	ck_assert_int_eq(atomic_load(&tpc_wrong_cpu), 0);
+	rok_stats_get(&st);
+	ck_assert_uint_ge(st.handoffs, chain ? 2 : 1);
+	ck_assert_uint_eq(st.steals, 0);   /* between workers: none */
+	rok_task_unref(b);
+	ck_assert_int_eq(rok_stop(), 0);
+	ck_assert_int_eq(count_threads(), threads);
+	ck_assert_int_eq(atomic_load(&done), total);
+	close(fds[0]);
+	close(fds[1]);
+	if (chain) {
+		close(chain_fds[0]);
+		close(chain_fds[1]);
+	}
+}
+END_TEST
+
 static Suite *handoff_suite(void)
 {
 	const struct test_case cases[] = {
 		{ "blocked_workers", blocked_workers_hand_off },
 		{ "stuck_timers", stuck_worker_timers_fire },
-		{ "pinned_not_handed_off", pinned_worker_not_handed_off },
 		{ "stop_with_helper", stop_with_helper },
 		{ "monitor_late_poke", monitor_wakes_after_late_poke },
 	};
 
-	return TEST_SUITE("handoff", cases, 30);
+	Suite *s = TEST_SUITE("handoff", cases, 30);
+
+	test_add(s, "pinned_not_handed_off", pinned_worker_not_handed_off, 2,
+	         30);
+	/* Loop 0: one blocked worker; 1: its helper blocks too. */
+	test_add(s, "tpc", tpc_blocked_worker_hands_off, 2, 30);
+	return s;
 }
 
 int main(void)

@@ -162,11 +162,49 @@ static void rokd_private_file(const char *dir, const char *name)
 }
 
 /*
+ * Refuses a state directory that someone else could move away and replace
+ * after the checks below, which are made by path, as every later open is:
+ * each directory above it (symbolic links resolved) must be root's or
+ * rokd's uid, and one that group or others may write must be sticky (like
+ * /tmp), where only the owner of an entry can rename it.
+ */
+static void rokd_state_parents(const char *dir)
+{
+	char *real = realpath(dir, NULL);
+	struct stat st;
+
+	if (real == NULL)
+		fatalx("%s: %s", dir, strerror(errno));
+	for (char *slash = strrchr(real, '/'); slash != NULL;
+	     slash = strrchr(real, '/')) {
+		*slash = '\0';
+		const char *p = slash == real ? "/" : real;
+		if (stat(p, &st) != 0)
+			fatalx("%s: %s", p, strerror(errno));
+		if (st.st_uid != 0 && st.st_uid != geteuid())
+			fatalx("%s, above the state directory %s, is owned by "
+			       "uid %u: it could replace the state directory; "
+			       "refusing to start", p, dir, (unsigned)st.st_uid);
+		if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
+		    (st.st_mode & S_ISVTX) == 0)
+			fatalx("%s, above the state directory %s, is writable "
+			       "by group or others (mode 0%o) and not sticky: "
+			       "they could replace the state directory; "
+			       "refusing to start", p, dir,
+			       (unsigned)(st.st_mode & 07777));
+		if (slash == real)
+			break;
+	}
+	free(real);
+}
+
+/*
  * mkdir -p for the state directory, private to its owner.  It holds every
  * user's specs (env, stdin) and output: an existing one must be a
  * directory of rokd's uid that nobody else can write (else refused: the
- * files in it could be swapped); one that others can read or enter is made
- * 0700, and so are the journal's files in it.
+ * files in it could be swapped), below directories nobody else can change
+ * (rokd_state_parents); one that others can read or enter is made 0700,
+ * and so are the journal's files in it.
  */
 static void rokd_state_dir(void)
 {
@@ -202,6 +240,7 @@ static void rokd_state_dir(void)
 		fatalx("state directory %s is writable by group or others "
 		       "(mode 0%o); refusing to start (chmod 0700 it)", path,
 		       (unsigned)(st.st_mode & 07777));
+	rokd_state_parents(path);
 	if ((st.st_mode & 077) != 0) {
 		if (chmod(path, 0700) != 0)
 			fatalx("chmod %s: %s; refusing to start", path,

@@ -328,6 +328,30 @@ static void rokd_close_all_cb(void *arg)
 	conn_close_all();
 }
 
+/* Reactor thread: stores the reloaded limits and frees `arg`. */
+static void rokd_reload_apply(void *arg)
+{
+	struct config *fresh = arg;
+
+#define ROKD_SET(f) __atomic_store_n(&config.f, fresh->f, __ATOMIC_RELAXED)
+	ROKD_SET(max_in_flight);
+	ROKD_SET(max_output);
+	ROKD_SET(max_queued);
+	ROKD_SET(max_finished);
+	ROKD_SET(max_connections);
+	ROKD_SET(max_ids);
+	ROKD_SET(max_connections_per_user);
+	ROKD_SET(max_waits_per_user);
+	ROKD_SET(max_followers_per_user);
+	ROKD_SET(max_task_output);
+	ROKD_SET(kill_grace_ms);
+	ROKD_SET(keep_finished);
+	ROKD_SET(keep_finished_for_ns);
+#undef ROKD_SET
+	config_free(fresh);
+	free(fresh);
+}
+
 static void rokd_reload(const struct rokd_opts *o)
 {
 	struct config fresh;
@@ -343,22 +367,22 @@ static void rokd_reload(const struct rokd_opts *o)
 		config_free(&fresh);
 		return;
 	}
-	/* Limits only: paths and workers need a restart.  Plain stores are
-	 * fine: the reactor reads each limit once per use. */
-	config.max_in_flight = fresh.max_in_flight;
-	config.max_output = fresh.max_output;
-	config.max_queued = fresh.max_queued;
-	config.max_finished = fresh.max_finished;
-	config.max_connections = fresh.max_connections;
-	config.max_ids = fresh.max_ids;
-	config.max_connections_per_user = fresh.max_connections_per_user;
-	config.max_waits_per_user = fresh.max_waits_per_user;
-	config.max_followers_per_user = fresh.max_followers_per_user;
-	config.max_task_output = fresh.max_task_output;
-	config.kill_grace_ms = fresh.kill_grace_ms;
-	config.keep_finished = fresh.keep_finished;
-	config.keep_finished_for_ns = fresh.keep_finished_for_ns;
-	config_free(&fresh);
+	/* Limits only: paths and workers need a restart.  Stored on the
+	 * reactor thread, which reads most of them plainly (see
+	 * CONFIG_LIMIT in rokd.h). */
+	struct config *copy = malloc(sizeof(*copy));
+	int rc = copy == NULL ? -ENOMEM : 0;
+	if (copy != NULL) {
+		*copy = fresh;
+		rc = reactor_call(rokd_reload_apply, copy);
+	}
+	if (rc < 0) {
+		log_errno(rc, "SIGHUP: %s: keeping the old settings",
+		          o->config_file);
+		free(copy);
+		config_free(&fresh);
+		return;
+	}
 	log_info("SIGHUP: limits reloaded from %s", o->config_file);
 }
 
@@ -436,7 +460,7 @@ int main(int argc, char **argv)
 	tasktab_cancel_all();
 	/* Exec tasks end once their children are dead: give them their kill
 	 * grace before the runtime's own cancel, which kills at once. */
-	for (uint64_t waited = 0; waited < config.kill_grace_ms + 1000;
+	for (uint64_t waited = 0; waited < CONFIG_LIMIT(kill_grace_ms) + 1000;
 	     waited += 10) {
 		uint64_t counts[RT_NSTATES];
 		tasktab_counts(counts);

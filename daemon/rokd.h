@@ -36,7 +36,7 @@ void log_errno(int err, const char *fmt, ...)
 void fatalx(const char *fmt, ...) __attribute__((format(printf, 1, 2),
                                                   noreturn));
 
-/* ---- config.c: settings (main thread; read-only once started) --------- */
+/* ---- config.c: settings (main thread; limits reloaded: CONFIG_LIMIT) -- */
 struct config {
 	char *socket_path;
 	char *state_dir;
@@ -64,6 +64,15 @@ struct config {
 };
 
 extern struct config config;
+
+/*
+ * The limits SIGHUP reloads are stored on the reactor thread (rokd.c,
+ * rokd_reload_apply), with relaxed atomic stores: the reactor reads them
+ * plainly; any other thread reads them with CONFIG_LIMIT.  Relaxed: each
+ * limit stands alone, nothing else is published with it, and a reader
+ * that sees the old value a moment longer is fine.
+ */
+#define CONFIG_LIMIT(field) __atomic_load_n(&config.field, __ATOMIC_RELAXED)
 
 void config_defaults(struct config *c);
 /* Reads `key = value` lines; 0, or -1 with a message in err. */

@@ -1503,6 +1503,56 @@ START_TEST(per_user_caps)
 }
 END_TEST
 
+/*
+ * SIGHUP reloads the limits while the reactor and the workers read them:
+ * under ThreadSanitizer a store from the signal-handling thread that no
+ * reader is ordered with is a data race (rokd then exits non-zero).  The
+ * reload is seen to take effect (max_ids lowered), then exec tasks, which
+ * read max_task_output and kill_grace on a worker, still run.
+ */
+START_TEST(sighup_reload)
+{
+	uint64_t ids[3];
+	char conf[128];
+
+	rokd_start("max_ids = 100");
+	int fd = rc_hello();
+	for (int i = 0; i < 3; i++)
+		ids[i] = rc_spawn_sh(fd, "echo before");
+	Response *r = rc_join(fd, ids, 3, 0);
+	ck_assert_ptr_null(r->error);
+	rok__v1__response__free_unpacked(r, NULL);
+	r = rc_status(fd, 50, ids, 3);
+	ck_assert_ptr_null(r->error);
+	rok__v1__response__free_unpacked(r, NULL);
+
+	snprintf(conf, sizeof(conf), "%s/rokd.conf", dir);
+	FILE *f = fopen(conf, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "max_ids = 2\nmax_task_output = 1000\nkill_grace = 2s\n");
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(kill(rokd_pid, SIGHUP), 0);
+	/* Asked until it shows: the reload is asynchronous. */
+	for (int tries = 0;; tries++) {
+		ck_assert_int_lt(tries, test_timeout(10) * 100);
+		r = rc_status(fd, 51, ids, 3);
+		bool reloaded = r->error != NULL &&
+		        r->error->code == ROK__V1__ERROR_CODE__INVALID_ARGUMENT;
+		rok__v1__response__free_unpacked(r, NULL);
+		if (reloaded)
+			break;
+		test_sleep_ms(10);
+	}
+	for (int i = 0; i < 2; i++)
+		ids[i] = rc_spawn_sh(fd, "echo after");
+	r = rc_join(fd, ids, 2, 0);
+	ck_assert_ptr_null(r->error);
+	rok__v1__response__free_unpacked(r, NULL);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
 static Suite *rokd_suite(void)
 {
 	const struct test_case cases[] = {
@@ -1523,6 +1573,7 @@ static Suite *rokd_suite(void)
 		{ "logs_stream", logs_stream },
 		{ "logs_slow_reader", logs_slow_reader },
 		{ "per_user_caps", per_user_caps },
+		{ "sighup_reload", sighup_reload },
 	};
 
 	return TEST_SUITE("rokd", cases, 60);

@@ -121,8 +121,10 @@ struct conn;
 bool idlist_check(struct conn *c, uint64_t req_id, size_t n,
                   const char *what);
 /* Copies ids to out (room for n) with each id once, in the order of its
- * first occurrence: the count, or -1 out of memory. */
-ssize_t idlist_dedup(const uint64_t *ids, size_t n, uint64_t *out);
+ * first occurrence, and that occurrence's index to first[] unless it is
+ * NULL: the count, or -1 out of memory. */
+ssize_t idlist_dedup(const uint64_t *ids, size_t n, uint64_t *out,
+                     size_t *first);
 
 /* ---- tasktab.c: every task the daemon knows (any thread) -------------- */
 enum {

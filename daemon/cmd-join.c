@@ -19,14 +19,14 @@ void cmd_join(struct conn *c, const Request *req)
 	if (!idlist_check(c, req->id, j->n_ids, "task ids"))
 		return;
 	uint64_t *ids = malloc(j->n_ids * sizeof(*ids));
-	ssize_t n = ids != NULL ? idlist_dedup(j->ids, j->n_ids, ids) : -1;
+	ssize_t n = ids != NULL ? idlist_dedup(j->ids, j->n_ids, ids, NULL) : -1;
 	if (n < 0) {
 		free(ids);
 		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__INTERNAL,
 		                "out of memory");
 		return;
 	}
-	(void)waiter_start(c, req->id, WAIT_JOIN, ids, (size_t)n,
+	(void)waiter_start(c, req->id, WAIT_JOIN, ids, NULL, (size_t)n,
 	                   j->timeout_ms, false, false);
 	free(ids);
 }

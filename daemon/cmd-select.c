@@ -62,7 +62,7 @@ static void select_done(void *arg, int err, const char *msg)
 		conn_send_error(c, p->req_id, ROK__V1__ERROR_CODE__INTERNAL,
 		                "out of memory");
 		conn_end_wait(c);
-	} else if (waiter_start(c, p->req_id, WAIT_SELECT, ids, p->n,
+	} else if (waiter_start(c, p->req_id, WAIT_SELECT, ids, NULL, p->n,
 	                        p->timeout_ms, true, true) < 0) {
 		/* Answered with the error: nobody waits for the winner, so
 		 * no task of this select may run on. */

@@ -103,7 +103,7 @@ static void cmd_spawn_done(void *arg, int err, const char *msg)
 	(void)tasktab_start_packed(p->rec, p->spec, p->spec_len, NULL);
 	if (p->wait) {
 		/* The waiter ends the wait begun in cmd_spawn. */
-		(void)waiter_start(c, p->req_id, WAIT_SPAWN, &id, 1,
+		(void)waiter_start(c, p->req_id, WAIT_SPAWN, &id, NULL, 1,
 		                   p->wait_timeout_ms, false, true);
 		free(p);
 		return;

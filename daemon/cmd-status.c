@@ -57,7 +57,7 @@ void cmd_status(struct conn *c, const Request *req)
 	if (!idlist_check(c, req->id, s->n_ids, "task ids"))
 		return;
 	struct status_job *j = malloc(sizeof(*j) + s->n_ids * sizeof(j->ids[0]));
-	ssize_t n = j != NULL ? idlist_dedup(s->ids, s->n_ids, j->ids) : -1;
+	ssize_t n = j != NULL ? idlist_dedup(s->ids, s->n_ids, j->ids, NULL) : -1;
 	if (n < 0) {
 		free(j);
 		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__INTERNAL,

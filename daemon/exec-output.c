@@ -5,7 +5,8 @@
  * the journal, which removes it when it prunes the task).  It is created on
  * the first byte of output, so a task that writes nothing costs no file
  * (most `true`-like tasks), mode 0600, owned by rokd, with O_EXCL and
- * O_NOFOLLOW (nothing planted under the name is followed or written):
+ * O_NOFOLLOW (nothing planted under the name is followed or written), in a
+ * directory that must be rokd's own, not a link (exec_output_init):
  * clients read it through the socket (`rokctl logs`), with the usual
  * per-uid check.  A file under an id the journal has not handed out yet
  * (left by a journal that was deleted or replaced) is removed at start
@@ -43,12 +44,27 @@
 int exec_output_init(void)
 {
 	char path[4096];
+	struct stat st;
 
 	if (snprintf(path, sizeof(path), "%s/output", config.state_dir) >=
 	    (int)sizeof(path))
 		return -ENAMETOOLONG;
 	if (mkdir(path, 0700) != 0 && errno != EEXIST)
 		return -errno;
+	/* Not a link (the start's sweep would remove files wherever it
+	 * led), and nobody else's to change. */
+	if (lstat(path, &st) != 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode)) {
+		log_warnx("%s is not a directory (a symbolic link?)", path);
+		return -ENOTDIR;
+	}
+	if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+		log_warnx("%s is owned by uid %u (mode 0%o): it must be rokd's "
+		          "and writable by nobody else", path,
+		          (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+		return -EPERM;
+	}
 	return 0;
 }
 

@@ -236,10 +236,10 @@ static void exec_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 	}
 	j->timeout_ns = duration_ns(spec->timeout_ms);
 	j->grace_ns = duration_ns(spec->kill_grace_ms != 0 ? spec->kill_grace_ms
-	                                                 : config.kill_grace_ms);
+	                                                 : CONFIG_LIMIT(kill_grace_ms));
 	j->end_how = RT_SUCCEEDED;
 	atomic_init(&j->cancel_req, false);
-	exec_out_init(&j->out, j->id, config.max_task_output);
+	exec_out_init(&j->out, j->id, CONFIG_LIMIT(max_task_output));
 	if (j->argv == NULL || j->env == NULL ||
 	    (spec->cwd.len > 0 && j->cwd == NULL) ||
 	    (spec->stdin.len > 0 && j->in == NULL)) {

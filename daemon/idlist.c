@@ -5,8 +5,9 @@
  * A frame of max_frame bytes can name one id hundreds of thousands of
  * times, and each name can cost a copy of that task's arguments in the
  * reply and a journal read: config.max_ids caps the list (INVALID_ARGUMENT
- * past it), and the requests whose reply repeats each task (status, join)
- * name each task once.  Reactor thread; pure functions of their arguments.
+ * past it), and status, join and race name each task once (a race waiting
+ * on one task named 10,000 times held a handle, slots and a registration
+ * per name, for as long as the task ran).  Reactor thread; pure functions of their arguments.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +46,8 @@ static int idlist_cmp_index(const void *a, const void *b)
 	return x->index < y->index ? -1 : x->index > y->index;
 }
 
-ssize_t idlist_dedup(const uint64_t *ids, size_t n, uint64_t *out)
+ssize_t idlist_dedup(const uint64_t *ids, size_t n, uint64_t *out,
+                     size_t *first)
 {
 	struct idlist_entry *e = malloc((n > 0 ? n : 1) * sizeof(*e));
 	size_t m = 0;
@@ -60,8 +62,11 @@ ssize_t idlist_dedup(const uint64_t *ids, size_t n, uint64_t *out)
 		if (m == 0 || e[m - 1].id != e[i].id)
 			e[m++] = e[i];
 	qsort(e, m, sizeof(*e), idlist_cmp_index);
-	for (size_t i = 0; i < m; i++)
+	for (size_t i = 0; i < m; i++) {
 		out[i] = e[i].id;
+		if (first != NULL)
+			first[i] = e[i].index;
+	}
 	free(e);
 	return (ssize_t)m;
 }

@@ -116,16 +116,18 @@ fail:
 void journal_prune_retention(sqlite3 *db)
 {
 	uint64_t before = 0;
+	/* The journal thread: see CONFIG_LIMIT. */
+	int64_t for_ns = CONFIG_LIMIT(keep_finished_for_ns);
 
-	if (config.keep_finished_for_ns > 0) {
+	if (for_ns > 0) {
 		struct timeval tv;
 		gettimeofday(&tv, NULL);
 		uint64_t now = (uint64_t)tv.tv_sec * 1000000 +
 		               (uint64_t)tv.tv_usec;
-		uint64_t age = (uint64_t)(config.keep_finished_for_ns / 1000);
+		uint64_t age = (uint64_t)(for_ns / 1000);
 		before = now > age ? now - age : 0;
 	}
-	int64_t n = journal_prune_run(db, before, config.keep_finished);
+	int64_t n = journal_prune_run(db, before, CONFIG_LIMIT(keep_finished));
 	if (n > 0)
 		log_info("journal: pruned %lld finished tasks (retention)",
 		         (long long)n);

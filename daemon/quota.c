@@ -47,9 +47,10 @@ static const struct {
 uint64_t quota_cap(int kind)
 {
 	switch (kind) {
-	case QUOTA_CONNECTIONS: return config.max_connections_per_user;
-	case QUOTA_WAITS: return config.max_waits_per_user;
-	case QUOTA_FOLLOWERS: return config.max_followers_per_user;
+	/* Any thread (see the top): CONFIG_LIMIT. */
+	case QUOTA_CONNECTIONS: return CONFIG_LIMIT(max_connections_per_user);
+	case QUOTA_WAITS: return CONFIG_LIMIT(max_waits_per_user);
+	case QUOTA_FOLLOWERS: return CONFIG_LIMIT(max_followers_per_user);
 	}
 	return 0;
 }

@@ -161,11 +161,49 @@ static void rokd_private_file(const char *dir, const char *name)
 }
 
 /*
+ * Refuses a state directory that someone else could move away and replace
+ * after the checks below, which are made by path, as every later open is:
+ * each directory above it (symbolic links resolved) must be root's or
+ * rokd's uid, and one that group or others may write must be sticky (like
+ * /tmp), where only the owner of an entry can rename it.
+ */
+static void rokd_state_parents(const char *dir)
+{
+	char *real = realpath(dir, NULL);
+	struct stat st;
+
+	if (real == NULL)
+		fatalx("%s: %s", dir, strerror(errno));
+	for (char *slash = strrchr(real, '/'); slash != NULL;
+	     slash = strrchr(real, '/')) {
+		*slash = '\0';
+		const char *p = slash == real ? "/" : real;
+		if (stat(p, &st) != 0)
+			fatalx("%s: %s", p, strerror(errno));
+		if (st.st_uid != 0 && st.st_uid != geteuid())
+			fatalx("%s, above the state directory %s, is owned by "
+			       "uid %u: it could replace the state directory; "
+			       "refusing to start", p, dir, (unsigned)st.st_uid);
+		if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
+		    (st.st_mode & S_ISVTX) == 0)
+			fatalx("%s, above the state directory %s, is writable "
+			       "by group or others (mode 0%o) and not sticky: "
+			       "they could replace the state directory; "
+			       "refusing to start", p, dir,
+			       (unsigned)(st.st_mode & 07777));
+		if (slash == real)
+			break;
+	}
+	free(real);
+}
+
+/*
  * mkdir -p for the state directory, private to its owner.  It holds every
  * user's specs (env, stdin) and output: an existing one must be a
  * directory of rokd's uid that nobody else can write (else refused: the
- * files in it could be swapped); one that others can read or enter is made
- * 0700, and so are the journal's files in it.
+ * files in it could be swapped), below directories nobody else can change
+ * (rokd_state_parents); one that others can read or enter is made 0700,
+ * and so are the journal's files in it.
  */
 static void rokd_state_dir(void)
 {
@@ -201,6 +239,7 @@ static void rokd_state_dir(void)
 		fatalx("state directory %s is writable by group or others "
 		       "(mode 0%o); refusing to start (chmod 0700 it)", path,
 		       (unsigned)(st.st_mode & 07777));
+	rokd_state_parents(path);
 	if ((st.st_mode & 077) != 0) {
 		if (chmod(path, 0700) != 0)
 			fatalx("chmod %s: %s; refusing to start", path,
@@ -274,6 +313,30 @@ static void rokd_close_all_cb(void *arg)
 	conn_close_all();
 }
 
+/* Reactor thread: stores the reloaded limits and frees `arg`. */
+static void rokd_reload_apply(void *arg)
+{
+	struct config *fresh = arg;
+
+#define ROKD_SET(f) __atomic_store_n(&config.f, fresh->f, __ATOMIC_RELAXED)
+	ROKD_SET(max_in_flight);
+	ROKD_SET(max_output);
+	ROKD_SET(max_queued);
+	ROKD_SET(max_finished);
+	ROKD_SET(max_connections);
+	ROKD_SET(max_ids);
+	ROKD_SET(max_connections_per_user);
+	ROKD_SET(max_waits_per_user);
+	ROKD_SET(max_followers_per_user);
+	ROKD_SET(max_task_output);
+	ROKD_SET(kill_grace_ms);
+	ROKD_SET(keep_finished);
+	ROKD_SET(keep_finished_for_ns);
+#undef ROKD_SET
+	config_free(fresh);
+	free(fresh);
+}
+
 static void rokd_reload(const struct rokd_opts *o)
 {
 	struct config fresh;
@@ -289,22 +352,22 @@ static void rokd_reload(const struct rokd_opts *o)
 		config_free(&fresh);
 		return;
 	}
-	/* Limits only: paths and workers need a restart.  Plain stores are
-	 * fine: the reactor reads each limit once per use. */
-	config.max_in_flight = fresh.max_in_flight;
-	config.max_output = fresh.max_output;
-	config.max_queued = fresh.max_queued;
-	config.max_finished = fresh.max_finished;
-	config.max_connections = fresh.max_connections;
-	config.max_ids = fresh.max_ids;
-	config.max_connections_per_user = fresh.max_connections_per_user;
-	config.max_waits_per_user = fresh.max_waits_per_user;
-	config.max_followers_per_user = fresh.max_followers_per_user;
-	config.max_task_output = fresh.max_task_output;
-	config.kill_grace_ms = fresh.kill_grace_ms;
-	config.keep_finished = fresh.keep_finished;
-	config.keep_finished_for_ns = fresh.keep_finished_for_ns;
-	config_free(&fresh);
+	/* Limits only: paths and workers need a restart.  Stored on the
+	 * reactor thread, which reads most of them plainly (see
+	 * CONFIG_LIMIT in rokd.h). */
+	struct config *copy = malloc(sizeof(*copy));
+	int rc = copy == NULL ? -ENOMEM : 0;
+	if (copy != NULL) {
+		*copy = fresh;
+		rc = reactor_call(rokd_reload_apply, copy);
+	}
+	if (rc < 0) {
+		log_errno(rc, "SIGHUP: %s: keeping the old settings",
+		          o->config_file);
+		free(copy);
+		config_free(&fresh);
+		return;
+	}
 	log_info("SIGHUP: limits reloaded from %s", o->config_file);
 }
 
@@ -399,7 +462,7 @@ int main(int argc, char **argv)
 	tasktab_cancel_all();
 	/* Exec tasks end once their children are dead: give them their kill
 	 * grace before the runtime's own cancel, which kills at once. */
-	for (uint64_t waited = 0; waited < config.kill_grace_ms + 1000;
+	for (uint64_t waited = 0; waited < CONFIG_LIMIT(kill_grace_ms) + 1000;
 	     waited += 10) {
 		uint64_t counts[RT_NSTATES];
 		tasktab_counts(counts);

@@ -51,7 +51,7 @@ int notify_send(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * STATUS= (rok_stop ends it).  0 or -errno from rok_spawn. */
 int notify_start(void);
 
-/* ---- config.c: settings (main thread; read-only once started) --------- */
+/* ---- config.c: settings (main thread; limits reloaded: CONFIG_LIMIT) -- */
 struct config {
 	char *socket_path;
 	char *state_dir;
@@ -79,6 +79,15 @@ struct config {
 };
 
 extern struct config config;
+
+/*
+ * The limits SIGHUP reloads are stored on the reactor thread (rokd.c,
+ * rokd_reload_apply), with relaxed atomic stores: the reactor reads them
+ * plainly; any other thread reads them with CONFIG_LIMIT.  Relaxed: each
+ * limit stands alone, nothing else is published with it, and a reader
+ * that sees the old value a moment longer is fine.
+ */
+#define CONFIG_LIMIT(field) __atomic_load_n(&config.field, __ATOMIC_RELAXED)
 
 void config_defaults(struct config *c);
 /* Reads `key = value` lines; 0, or -1 with a message in err. */
@@ -127,8 +136,10 @@ struct conn;
 bool idlist_check(struct conn *c, uint64_t req_id, size_t n,
                   const char *what);
 /* Copies ids to out (room for n) with each id once, in the order of its
- * first occurrence: the count, or -1 out of memory. */
-ssize_t idlist_dedup(const uint64_t *ids, size_t n, uint64_t *out);
+ * first occurrence, and that occurrence's index to first[] unless it is
+ * NULL: the count, or -1 out of memory. */
+ssize_t idlist_dedup(const uint64_t *ids, size_t n, uint64_t *out,
+                     size_t *first);
 
 /* ---- tasktab.c: every task the daemon knows (any thread) -------------- */
 enum {

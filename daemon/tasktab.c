@@ -182,7 +182,7 @@ static void tasktab_unlink(struct rtask *r)
 /* Lock held.  Forgets the oldest finished records beyond the cap. */
 static void tasktab_evict(void)
 {
-	while (tab.nfinished > config.max_finished && tab.fhead != NULL) {
+	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL) {
 		struct rtask *r = tab.fhead;
 		tab.fhead = r->fnext;
 		if (tab.fhead == NULL)
@@ -258,7 +258,7 @@ int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
 	if (r == NULL)
 		return -ENOMEM;
 	pthread_mutex_lock(&tab.lock);
-	if (tab.counts[RT_QUEUED] >= config.max_queued) {
+	if (tab.counts[RT_QUEUED] >= CONFIG_LIMIT(max_queued)) {
 		pthread_mutex_unlock(&tab.lock);
 		tasktab_free_record(r);
 		return -EAGAIN;

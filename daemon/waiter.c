@@ -30,6 +30,8 @@ struct waiter {
 	int mode;                  /* WAIT_* */
 	size_t n;
 	uint64_t *ids;             /* n, owned */
+	size_t *index;             /* n, owned: ids[i] is the request's
+	                              index[i]-th; NULL: the i-th */
 	rok_task **handles;        /* n, owned refs; NULL: finished or missing */
 	int64_t deadline;          /* rok_now() time; 0: none */
 	bool cancel_rest;
@@ -52,6 +54,7 @@ static void waiter_free(struct waiter *f)
 		rok_task_unref(f->handles[i]);
 	free(f->handles);
 	free(f->ids);
+	free(f->index);
 	free(f->live);
 	free(f->live_index);
 }
@@ -111,7 +114,8 @@ static void waiter_reply_race(struct waiter *f)
 		resp.body_case = ROK__V1__RESPONSE__BODY_SELECT;
 		resp.select = &sr;
 	} else {
-		rr.index = (uint32_t)f->winner;
+		rr.index = (uint32_t)(f->index != NULL ? f->index[f->winner]
+		                                       : f->winner);
 		rr.winner = &info;
 		resp.body_case = ROK__V1__RESPONSE__BODY_RACE;
 		resp.race = &rr;
@@ -292,8 +296,8 @@ static void waiter_refuse(struct conn *c, uint64_t req_id, bool begun,
 }
 
 int waiter_start(struct conn *c, uint64_t req_id, int mode,
-                 const uint64_t *ids, size_t n, uint64_t timeout_ms,
-                 bool cancel_rest, bool begun)
+                 const uint64_t *ids, const size_t *index, size_t n,
+                 uint64_t timeout_ms, bool cancel_rest, bool begun)
 {
 	struct waiter f = {
 		.conn = c,
@@ -316,8 +320,10 @@ int waiter_start(struct conn *c, uint64_t req_id, int mode,
 	f.handles = calloc(n, sizeof(*f.handles));
 	f.live = calloc(n, sizeof(*f.live));
 	f.live_index = calloc(n, sizeof(*f.live_index));
+	if (index != NULL && (f.index = malloc(n * sizeof(*f.index))) != NULL)
+		memcpy(f.index, index, n * sizeof(*index));
 	if (f.ids == NULL || f.handles == NULL || f.live == NULL ||
-	    f.live_index == NULL) {
+	    f.live_index == NULL || (index != NULL && f.index == NULL)) {
 		waiter_free(&f);
 		waiter_refuse(c, req_id, begun, ROK__V1__ERROR_CODE__INTERNAL,
 		              "out of memory");

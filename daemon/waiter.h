@@ -15,14 +15,15 @@ enum {
 
 /*
  * Starts the wait for `ids` on behalf of request req_id of connection c
- * (reactor thread); its reply comes later.  `begun`: the caller counted the
+ * (reactor thread); its reply comes later.  `index` (NULL: the identity)
+ * gives the index in the request of each id, for a race's reply.  `begun`: the caller counted the
  * wait already (conn_begin_wait) and the waiter takes it over, so a wait
  * whose tasks were started cannot be refused for the in-flight limit.  On
  * failure the request has been answered already (and a begun wait ended).
  * Returns 0 or -errno.
  */
 int waiter_start(struct conn *c, uint64_t req_id, int mode,
-                 const uint64_t *ids, size_t n, uint64_t timeout_ms,
-                 bool cancel_rest, bool begun);
+                 const uint64_t *ids, const size_t *index, size_t n,
+                 uint64_t timeout_ms, bool cancel_rest, bool begun);
 
 #endif /* ROKD_WAITER_H */

@@ -1503,6 +1503,128 @@ START_TEST(per_user_caps)
 }
 END_TEST
 
+/*
+ * SIGHUP reloads the limits while the reactor and the workers read them:
+ * under ThreadSanitizer a store from the signal-handling thread that no
+ * reader is ordered with is a data race (rokd then exits non-zero).  The
+ * reload is seen to take effect (max_ids lowered), then exec tasks, which
+ * read max_task_output and kill_grace on a worker, still run.
+ */
+START_TEST(sighup_reload)
+{
+	uint64_t ids[3];
+	char conf[128];
+
+	rokd_start("max_ids = 100");
+	int fd = rc_hello();
+	for (int i = 0; i < 3; i++)
+		ids[i] = rc_spawn_sh(fd, "echo before");
+	Response *r = rc_join(fd, ids, 3, 0);
+	ck_assert_ptr_null(r->error);
+	rok__v1__response__free_unpacked(r, NULL);
+	r = rc_status(fd, 50, ids, 3);
+	ck_assert_ptr_null(r->error);
+	rok__v1__response__free_unpacked(r, NULL);
+
+	snprintf(conf, sizeof(conf), "%s/rokd.conf", dir);
+	FILE *f = fopen(conf, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "max_ids = 2\nmax_task_output = 1000\nkill_grace = 2s\n");
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(kill(rokd_pid, SIGHUP), 0);
+	/* Asked until it shows: the reload is asynchronous. */
+	for (int tries = 0;; tries++) {
+		ck_assert_int_lt(tries, test_timeout(10) * 100);
+		r = rc_status(fd, 51, ids, 3);
+		bool reloaded = r->error != NULL &&
+		        r->error->code == ROK__V1__ERROR_CODE__INVALID_ARGUMENT;
+		rok__v1__response__free_unpacked(r, NULL);
+		if (reloaded)
+			break;
+		test_sleep_ms(10);
+	}
+	for (int i = 0; i < 2; i++)
+		ids[i] = rc_spawn_sh(fd, "echo after");
+	r = rc_join(fd, ids, 2, 0);
+	ck_assert_ptr_null(r->error);
+	rok__v1__response__free_unpacked(r, NULL);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
+/*
+ * A race naming one running task thousands of times holds what one name
+ * costs, not thousands: many such races waiting at once must not grow
+ * rokd by the product.  The winner's index is the first at which the task
+ * was named.  (Without de-duplication each of these races held a handle,
+ * a slot and a registration per name: hundreds of megabytes here.)
+ */
+START_TEST(race_duplicates)
+{
+	enum { NAMES = 10000, RACES = 200 };
+	uint64_t *ids = malloc(NAMES * sizeof(*ids));
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__RaceRequest rr = ROK__V1__RACE_REQUEST__INIT;
+
+	ck_assert_ptr_nonnull(ids);
+	rokd_start(NULL);
+	int fd = rc_hello();
+	uint64_t other = rc_spawn(fd, "noop", NULL);
+	uint64_t task = rc_spawn_sh(fd, "exec sleep 1000");   /* until cancelled */
+	rc_wait_running(fd, task);
+	Response *r = rc_join(fd, &other, 1, 0);
+	ck_assert_ptr_null(r->error);
+	rok__v1__response__free_unpacked(r, NULL);
+	long before = proc_status_kb(rokd_pid, "VmRSS");
+	for (size_t i = 0; i < NAMES; i++)
+		ids[i] = task;
+	rr.ids = ids;
+	rr.n_ids = NAMES;
+	req.body_case = ROK__V1__REQUEST__BODY_RACE;
+	req.race = &rr;
+	for (int i = 0; i < RACES; i++) {
+		req.id = 100 + (uint64_t)i;
+		rc_send(fd, &req);
+	}
+	rc_ping_ok(fd);   /* answered after every race began */
+	long after = proc_status_kb(rokd_pid, "VmRSS");
+	ck_assert_msg(after - before < 32 * 1024,
+	              "%d races of one task named %d times: rokd's RSS went "
+	              "from %ld kB to %ld kB", RACES, NAMES, before, after);
+	/* A finished task named after the running one wins, at its first
+	 * index. */
+	ids[7] = other;
+	ids[9] = other;
+	r = rc_race(fd, ids, NAMES, false);
+	ck_assert_ptr_null(r->error);
+	ck_assert_uint_eq(r->race->index, 7);
+	ck_assert_uint_eq(r->race->winner->id, other);
+	rok__v1__response__free_unpacked(r, NULL);
+	/* The cancel's reply and the races' come in any order. */
+	Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
+	cr.ids = &task;
+	cr.n_ids = 1;
+	req.id = 99999;
+	req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
+	req.cancel = &cr;
+	rc_send(fd, &req);
+	for (int i = 0; i < RACES + 1; i++) {
+		r = rc_recv(fd);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_ptr_null(r->error);
+		if (r->id == 99999)
+			ck_assert_ptr_nonnull(r->cancel);
+		else
+			ck_assert_uint_eq(r->race->index, 0);
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+	close(fd);
+	free(ids);
+	rokd_stop();
+}
+END_TEST
+
 static Suite *rokd_suite(void)
 {
 	const struct test_case cases[] = {
@@ -1523,6 +1645,8 @@ static Suite *rokd_suite(void)
 		{ "logs_stream", logs_stream },
 		{ "logs_slow_reader", logs_slow_reader },
 		{ "per_user_caps", per_user_caps },
+		{ "sighup_reload", sighup_reload },
+		{ "race_duplicates", race_duplicates },
 	};
 
 	return TEST_SUITE("rokd", cases, 60);

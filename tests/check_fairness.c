@@ -45,7 +45,6 @@
 #define CHECK_FAIRNESS_STEPS      200     /* yield_order steps per task */
 #define CHECK_FAIRNESS_MAX_ORDER  3       /* tasks in yield_order */
 #define CHECK_FAIRNESS_ATTEMPTS   10      /* yield_order runs without hand-off */
-#define CHECK_FAIRNESS_WAKEUP_BUDGET 5    /* seconds of remote_wakeup rounds */
 
 /* Unexpected events inside tasks; asserted zero by the test thread. */
 static _Atomic unsigned long check_fairness_bad;
@@ -308,21 +307,18 @@ static double check_fairness_now(void)
  * A round costs a few microseconds on an idle machine, but on a loaded one
  * each wake-up waits for a CPU (6 ms a round was seen with a load of 15 on
  * 2 cores, and 20,000 rounds overran the tcase timeout): the rounds stop
- * early once CHECK_FAIRNESS_WAKEUP_BUDGET seconds are spent.  That only
- * makes fewer tries; every round still checks that its task ran.
+ * early once their time budget is spent (test_more_rounds).
  */
 START_TEST(test_fairness_remote_wakeup)
 {
-	long rounds = test_scale(20000), i;
-	double stop_at = check_fairness_now() + CHECK_FAIRNESS_WAKEUP_BUDGET;
+	long rounds = test_scale(20000);
+	double start = test_now();
 
 	test_workers(_i == 0 ? 1 : 2);
-	for (i = 0; i < rounds; i++) {
+	for (long i = 0; test_more_rounds("remote_wakeup", i, rounds, start);
+	     i++) {
 		double deadline = 0;
 		rok_task *t;
-
-		if (i > 0 && check_fairness_now() > stop_at)
-			break;
 
 		if (rok_spawn(&t, check_fairness_noop_poll, NULL, 0) != 0)
 			ck_abort_msg("round %ld: spawn failed", i);
@@ -343,9 +339,6 @@ START_TEST(test_fairness_remote_wakeup)
 			ck_abort_msg("round %ld: no value", i);
 		rok_task_unref(t);
 	}
-	if (i < rounds)
-		printf("remote_wakeup: %ld of %ld rounds within the %d s "
-		       "budget\n", i, rounds, CHECK_FAIRNESS_WAKEUP_BUDGET);
 	ck_assert_int_eq(rok_stop(), 0);
 }
 END_TEST

@@ -51,7 +51,6 @@
  * joins and semaphores, never by sleeping; the one sleep measures idle CPU.
  * ROK_TEST_SCALE divides the big counts (sanitizer builds).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -66,6 +65,7 @@
 
 #include "frame.h"      /* frame_bytes(): the leak check of "handles" */
 #include "task.h"       /* the state word: "guest_waker" waits for a park */
+#include "testthreads.h"
 #include "testutil.h"
 #include "worker.h"     /* worker_push_remote_hook: "guest_waker" */
 
@@ -91,61 +91,7 @@ static long cexec_tri(long n)
 	return n * (n - 1) / 2;   /* 0 + 1 + ... + n-1 */
 }
 
-/* ---- threads of the process ------------------------------------------- */
-
-static int cexec_thread_count(void)
-{
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	int n = 0;
-
-	ck_assert_ptr_nonnull(d);
-	while ((e = readdir(d)) != NULL)
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
-static void *cexec_nothing(void *arg)
-{
-	return arg;
-}
-
-/*
- * The thread count with no runtime running, taken after one helper thread
- * came and went: ThreadSanitizer starts a background thread at the first
- * pthread_create, which must be in the baseline.
- */
-static int cexec_baseline_threads(void)
-{
-	pthread_t th;
-
-	ck_assert_int_eq(pthread_create(&th, NULL, cexec_nothing, NULL), 0);
-	ck_assert_int_eq(pthread_join(th, NULL), 0);
-	return cexec_thread_count();
-}
-
-/*
- * The thread count once it is `want`, or whatever it is after 10 s.
- * pthread_join returns when the kernel clears the thread's tid, a moment
- * before it unlists the thread from /proc: there is nothing to wait on for
- * that last step, so this polls (bounded), yielding the CPU.
- */
-static int cexec_settled_threads(int want)
-{
-	struct timespec t0, now;
-	int n;
-
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while ((n = cexec_thread_count()) != want) {
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (now.tv_sec - t0.tv_sec > 10)
-			break;
-		sched_yield();
-	}
-	return n;
-}
+/* ---- threads ----------------------------------------------------------- */
 
 /* Distinct threads in v[0..n), copied to out[0..max); returns how many
  * (counting stops at max). */
@@ -510,7 +456,7 @@ START_TEST(test_executor_env_invalid)
 	struct rok_stats st;
 	rok_task *t = (rok_task *)&a;
 	void *v = (void *)&a;
-	int base = cexec_baseline_threads();
+	int base = test_thread_baseline();
 
 	test_workers(2);
 	ck_assert_int_eq(setenv(name, cexec_bad_env[_i].value, 1), 0);
@@ -523,7 +469,7 @@ START_TEST(test_executor_env_invalid)
 	ck_assert_ptr_null(v);
 	rok_stats_get(&st);
 	ck_assert_uint_eq(st.workers, 0);
-	ck_assert_int_eq(cexec_thread_count(), base);   /* nothing started */
+	ck_assert_int_eq(test_thread_count(), base);   /* nothing started */
 	ck_assert_int_eq(rok_stop(), 0);
 
 	/* The failed start left nothing behind: a good setting works. */
@@ -552,7 +498,7 @@ START_TEST(test_executor_restart)
 	uint64_t all[ROUNDS * (FROM_TEST + FROM_TASK)];
 	uint64_t prev_max = 0, last_test_id = 0;
 	size_t nall = 0;
-	int base = cexec_baseline_threads();
+	int base = test_thread_baseline();
 
 	test_workers(2);
 	for (int r = 0; r < ROUNDS; r++) {
@@ -563,7 +509,7 @@ START_TEST(test_executor_restart)
 
 		ck_assert_int_eq(rok_start(), 0);
 		ck_assert_int_eq(rok_start(), -EALREADY);
-		ck_assert_int_ge(cexec_thread_count(), base + 2);
+		ck_assert_int_ge(test_thread_count(), base + 2);
 
 		/* From the test thread: ids grow from spawn to spawn. */
 		for (long i = 0; i < FROM_TEST; i++) {
@@ -600,7 +546,7 @@ START_TEST(test_executor_restart)
 		prev_max = round_max;
 
 		ck_assert_int_eq(rok_stop(), 0);
-		ck_assert_int_eq(cexec_settled_threads(base), base);
+		ck_assert_int_eq(test_threads_settled(base), base);
 		ck_assert_int_eq(rok_stop(), 0);         /* already stopped */
 		ck_assert_int_eq(rok_workers(), 1);
 		rok_stats_get(&st);
@@ -619,9 +565,9 @@ START_TEST(test_executor_restart)
 
 	/* A task spawned from the stopped state restarts the runtime. */
 	ck_assert_int_eq(cexec_probe(9), 9);
-	ck_assert_int_ge(cexec_thread_count(), base + 2);
+	ck_assert_int_ge(test_thread_count(), base + 2);
 	ck_assert_int_eq(rok_stop(), 0);
-	ck_assert_int_eq(cexec_settled_threads(base), base);
+	ck_assert_int_eq(test_threads_settled(base), base);
 }
 END_TEST
 
@@ -687,7 +633,7 @@ static rok_poll cexec_blocker_poll(rok_cx *cx, void *frame)
 
 START_TEST(test_executor_stop_cancels)
 {
-	int base = cexec_baseline_threads();
+	int base = test_thread_baseline();
 	struct cexec_blocker b = { 0 };
 	rok_chan *ch;
 	long idx = 0;
@@ -738,7 +684,7 @@ START_TEST(test_executor_stop_cancels)
 		              cexec_cleanups[i]);
 	ck_assert_int_eq(cexec_bodies_ended, 0);
 	ck_assert_int_eq(rok_registrations(), 0);
-	ck_assert_int_eq(cexec_settled_threads(base), base);
+	ck_assert_int_eq(test_threads_settled(base), base);
 	/* Every waiter was unlinked: the channel can go. */
 	rok_chan_free(ch, NULL);
 

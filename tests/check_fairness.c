@@ -11,7 +11,8 @@
  *   successor with rok_spawn, forever) still runs a task submitted from
  *   outside the pool; that task sets the flag that stops the chains.
  * remote_wakeup: spawns from outside the pool, one after the other, keep
- *   landing while the worker runs dry and parks; none is left unrun.
+ *   landing while the worker runs dry and parks; none is left unrun (20,000
+ *   rounds, fewer if they take more than 5 s: a loaded machine).
  * yield_order: with one worker, N tasks that log each step and yield in
  *   between produce a round-robin log: a yielding task goes behind every
  *   other ready task.  (A run during which the monitor lent the worker's
@@ -25,7 +26,7 @@
  * and off (ROK_LIFO=0); remote_wakeup with 1 and 2 workers; yield_order
  * with 2 and 3 tasks, the LIFO slot on and off.  Tasks never
  * call ck_assert: they count surprises in check_fairness_bad.  Nothing here
- * measures time; a starved task shows up as a tcase timeout (or, where a
+ * asserts a time; a starved task shows up as a tcase timeout (or, where a
  * loop can notice, a message after a generous deadline).
  */
 #include <check.h>
@@ -306,13 +307,20 @@ static double check_fairness_now(void)
  * and spawns the next at once, so spawns keep landing while the worker is
  * on its way to park.  With one worker nobody else is searching who could
  * pick the task up.  _i: 1 or 2 workers.
+ *
+ * A round costs a few microseconds on an idle machine, but on a loaded one
+ * each wake-up waits for a CPU (6 ms a round was seen with a load of 15 on
+ * 2 cores, and 20,000 rounds overran the tcase timeout): the rounds stop
+ * early once their time budget is spent (test_more_rounds).
  */
 START_TEST(test_fairness_remote_wakeup)
 {
 	long rounds = test_scale(20000);
+	double start = test_now();
 
 	test_workers(_i == 0 ? 1 : 2);
-	for (long i = 0; i < rounds; i++) {
+	for (long i = 0; test_more_rounds("remote_wakeup", i, rounds, start);
+	     i++) {
 		double deadline = 0;
 		rok_task *t;
 

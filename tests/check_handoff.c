@@ -9,13 +9,13 @@
  * the "not handed off" case, which watches for a while that nothing happens.
  * The tpc cases do the same in thread-per-core mode (SPEC A7).
  */
-#include <dirent.h>
 #include <pthread.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
 #include "monitor.h"
+#include "testthreads.h"
 #include "testutil.h"
 
 static _Atomic long done;
@@ -50,34 +50,6 @@ static rok_poll count_poll(rok_cx *cx, void *frame)
 	ROK_END(cx);
 }
 
-static void *nothing(void *arg)
-{
-	return arg;
-}
-
-/* Threads of this process, after one thread was created and joined (the
- * sanitizers' runtimes start a thread of their own at the first one). */
-static int count_threads(void)
-{
-	static bool warmed;
-	pthread_t t;
-
-	if (!warmed) {
-		ck_assert_int_eq(pthread_create(&t, NULL, nothing, NULL), 0);
-		pthread_join(t, NULL);
-		warmed = true;
-	}
-	DIR *d = opendir("/proc/self/task");
-	int n = 0;
-
-	ck_assert_ptr_nonnull(d);
-	for (struct dirent *e; (e = readdir(d)) != NULL;)
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
 START_TEST(blocked_workers_hand_off)
 {
 	enum { B = 2 };
@@ -88,7 +60,7 @@ START_TEST(blocked_workers_hand_off)
 
 	test_workers(2);
 	ck_assert_int_eq(rok_start(), 0);
-	int threads = count_threads();
+	int threads = test_thread_baseline();
 	for (int i = 0; i < B; i++) {
 		ck_assert_int_eq(pipe(fds[i]), 0);
 		struct blocker f = { .fd = fds[i][0] };
@@ -114,7 +86,7 @@ START_TEST(blocked_workers_hand_off)
 	rok_stats_get(&st);
 	ck_assert_uint_ge(st.handoffs, 1);
 	/* The helpers retire once the workers are back. */
-	while (count_threads() > threads)
+	while (test_thread_count() > threads)
 		test_sleep_ms(1);
 }
 END_TEST
@@ -257,7 +229,7 @@ START_TEST(stop_with_helper)
 	rok_task *b;
 
 	test_workers(1);
-	int threads = count_threads();   /* sanitizers add threads of their own */
+	int threads = test_thread_baseline();
 	ck_assert_int_eq(pipe(fds), 0);
 	struct blocker f = { .fd = fds[0] };
 	ck_assert_int_eq(rok_spawn(&b, blocker_poll, &f, sizeof(f)), 0);
@@ -268,7 +240,7 @@ START_TEST(stop_with_helper)
 	ck_assert_int_eq(rok_task_wait(b, NULL), 0);
 	rok_task_unref(b);
 	ck_assert_int_eq(rok_stop(), 0);
-	ck_assert_int_eq(count_threads(), threads);
+	ck_assert_int_eq(test_threads_settled(threads), threads);
 	close(fds[0]);
 	close(fds[1]);
 }

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #include "executor.h"
 #include "testutil.h"
@@ -94,24 +95,60 @@ START_TEST(sleep_until_levels)
 }
 END_TEST
 
-/* Timers fire in deadline order even on one worker kept busy by a task
- * that yields forever. */
-static int order[64];
-static _Atomic int order_n;
+/*
+ * Timers fire in deadline order even on one worker kept busy by a task
+ * that yields forever.  The sleepers are spawned latest deadline first, so
+ * the order comes from the wheel, not from the queue.
+ *
+ * That holds for timers that sit in the wheel together: one registered
+ * after an earlier deadline passed may rightly fire after a later one that
+ * was due already.  So the deadlines are absolute, `margin` after a common
+ * base, and each sleeper notes when its registration was done; a round in
+ * which the last registration came after the first deadline (a loaded
+ * machine kept the worker away) proves nothing and is run again with twice
+ * the margin.
+ */
+#define ORDERED_N      20
+#define ORDERED_ROUNDS 12          /* margins 4 ms .. 8 s */
+
+static int order[ORDERED_N];
+static int64_t registered[ORDERED_N];
+/* order_n hands out slots of order[]; order_done counts the slots written.
+ * A sleeper writes its slot, then adds to order_done with release; the
+ * test thread's acquire load of the final count therefore sees every slot
+ * (each RMW continues the release sequence of the ones before it). */
+static _Atomic int order_n, order_done;
 static _Atomic int stop_spinning;
 
 struct ordered {
 	int idx;
+	bool armed;
+	int64_t deadline;
 	rok_sleep_op sleep;
 };
+
+/* rok_sleep_until, noting the time just after the first poll armed the
+ * timer (or found it due: then the time is past the deadline). */
+static rok_poll ordered_sleep(rok_cx *cx, struct ordered *f)
+{
+	rok_poll p = rok_sleep_until(cx, &f->sleep, f->deadline);
+
+	if (!f->armed) {
+		f->armed = true;
+		registered[f->idx] = rok_now();
+	}
+	return p;
+}
 
 static rok_poll ordered_poll(rok_cx *cx, void *frame)
 {
 	struct ordered *f = frame;
 
 	ROK_BEGIN(cx);
-	ROK_AWAIT(cx, rok_sleep(cx, &f->sleep, ROK_MS(2) * (f->idx + 1)));
-	order[atomic_fetch_add(&order_n, 1)] = f->idx;
+	ROK_AWAIT(cx, ordered_sleep(cx, f));
+	order[atomic_fetch_add_explicit(&order_n, 1, memory_order_relaxed)] =
+		f->idx;
+	atomic_fetch_add_explicit(&order_done, 1, memory_order_release);
 	ROK_CLEANUP(cx);
 	ROK_END(cx);
 }
@@ -127,7 +164,7 @@ static rok_poll spinner_poll(rok_cx *cx, void *frame)
 }
 
 struct spawn_all {
-	int n;
+	int64_t base;
 	rok_task *spinner;
 };
 
@@ -137,8 +174,10 @@ static rok_poll spawn_all_poll(rok_cx *cx, void *frame)
 
 	ROK_BEGIN(cx);
 	ck_assert_int_eq(rok_spawn(&f->spinner, spinner_poll, NULL, 0), 0);
-	for (int i = f->n - 1; i >= 0; i--) {
-		struct ordered o = { .idx = i };
+	for (int i = ORDERED_N - 1; i >= 0; i--) {
+		struct ordered o = {
+			.idx = i, .deadline = f->base + ROK_MS(2) * i,
+		};
 		ck_assert_int_eq(rok_spawn(NULL, ordered_poll, &o, sizeof(o)), 0);
 	}
 	ROK_RETURN(cx, f->spinner);
@@ -148,17 +187,37 @@ static rok_poll spawn_all_poll(rok_cx *cx, void *frame)
 
 START_TEST(in_order_under_busy_worker)
 {
-	struct spawn_all f = { .n = 20 };
+	int64_t margin = ROK_MS(4);
+	int round = 0;
 
 	test_workers(1);
-	rok_task *spinner = test_spawn_wait(spawn_all_poll, &f, sizeof(f));
-	while (atomic_load(&order_n) < f.n)
-		sched_yield();
-	for (int i = 0; i < f.n; i++)
-		ck_assert_int_eq(order[i], i);
-	atomic_store(&stop_spinning, 1);
-	ck_assert_int_eq(rok_task_wait(spinner, NULL), 0);
-	rok_task_unref(spinner);
+	for (;; round++, margin *= 2) {
+		ck_assert_msg(round < ORDERED_ROUNDS, "no round in which all %d "
+		              "timers were armed before the first was due",
+		              ORDERED_N);
+		atomic_store(&order_n, 0);
+		atomic_store(&order_done, 0);
+		atomic_store(&stop_spinning, 0);
+		struct spawn_all f = { .base = rok_now() + margin };
+		rok_task *spinner = test_spawn_wait(spawn_all_poll, &f,
+		                                    sizeof(f));
+		while (atomic_load_explicit(&order_done, memory_order_acquire) <
+		       ORDERED_N)
+			sched_yield();
+		atomic_store(&stop_spinning, 1);
+		ck_assert_int_eq(rok_task_wait(spinner, NULL), 0);
+		rok_task_unref(spinner);
+
+		int64_t last = registered[0];
+		for (int i = 1; i < ORDERED_N; i++)
+			if (registered[i] > last)
+				last = registered[i];
+		if (last < f.base)   /* f.base: the first deadline */
+			break;
+	}
+	for (int i = 0; i < ORDERED_N; i++)
+		ck_assert_msg(order[i] == i, "round %d: timer %d fired as "
+		              "number %d", round, order[i], i);
 }
 END_TEST
 

@@ -1,6 +1,7 @@
 /*
  * testutil.h — what every Check test of librok shares: the suite runner,
- * the size divisor for sanitizer builds, and small task helpers.
+ * the size divisor for sanitizer builds, the time budget of race-repeating
+ * loops, and small task helpers.
  *
  * Each test runs in its own forked process (Check's default), so a test may
  * set ROK_WORKERS and friends before its first spawn starts the runtime.
@@ -10,6 +11,7 @@
 
 #include <check.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,38 @@ static inline long test_scale(long n)
 static inline int test_timeout(int seconds)
 {
 	return getenv("ROK_TEST_SCALE") != NULL ? seconds * 4 : seconds;
+}
+
+/* CLOCK_MONOTONIC in seconds. */
+static inline double test_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Seconds a loop that repeats a race may spend on its rounds. */
+#define TEST_ROUNDS_BUDGET 5
+
+/*
+ * For a loop that repeats a race `rounds` times, started at test_now()
+ * `start`: true while round `done` may start.  On a loaded machine each
+ * round waits for CPUs (a wake-up, a park), and a fixed count overran the
+ * tcase timeout; so rounds stop once TEST_ROUNDS_BUDGET seconds (stretched
+ * under sanitizers) are spent, saying so.  Fewer tries, not weaker ones:
+ * every round still checks all it checks.
+ */
+static inline bool test_more_rounds(const char *what, long done, long rounds,
+                                    double start)
+{
+	if (done >= rounds)
+		return false;
+	if (done == 0 || test_now() - start < test_timeout(TEST_ROUNDS_BUDGET))
+		return true;
+	printf("%s: %ld of %ld rounds within the %d s budget\n", what, done,
+	       rounds, test_timeout(TEST_ROUNDS_BUDGET));
+	return false;
 }
 
 static inline void test_workers(int n)

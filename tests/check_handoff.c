@@ -433,7 +433,7 @@ START_TEST(tpc_blocked_worker_hands_off)
 	ck_assert_int_le(total, TPC_MAX);
 	ck_assert_int_eq(setenv("ROK_THREAD_PER_CORE", "1", 1), 0);
 	test_workers(2);
-	int threads = count_threads();
+	int threads = test_thread_baseline();
 	ck_assert_int_eq(pipe(fds), 0);
 	if (chain)
 		ck_assert_int_eq(pipe(chain_fds), 0);
@@ -471,7 +471,7 @@ START_TEST(tpc_blocked_worker_hands_off)
 	ck_assert_uint_eq(st.steals, 0);   /* between workers: none */
 	rok_task_unref(b);
 	ck_assert_int_eq(rok_stop(), 0);
-	ck_assert_int_eq(count_threads(), threads);
+	ck_assert_int_eq(test_threads_settled(threads), threads);
 	ck_assert_int_eq(atomic_load(&done), total);
 	close(fds[0]);
 	close(fds[1]);

@@ -37,7 +37,9 @@
  * while `firing` is not empty, aux == firing_aux means "on `firing`", and a
  * node that would be filed in that very slot meanwhile (a far timer going
  * round the top level, a registration due at once) waits on `deferred`
- * (aux TIMER_DEFERRED) and is filed once `firing` is empty.  So taking a
+ * (aux TIMER_DEFERRED) and is filed once `firing` is empty, before that
+ * timer_fire returns (timer_next does not look there; only a stuck worker
+ * and its helper share a wheel, and the one firing files it).  So taking a
  * slot costs O(1), not a walk of its nodes (a cache miss each).
  *
  * rok_now() adds `timer_skew` (0 but in tests, which move the clock to the

@@ -171,16 +171,22 @@ rok_poll rok_select(rok_cx *cx, rok_select_op *op, rok_future *futs, size_t n,
 	 * each runs to its end in this one poll, and one that completes its
 	 * await keeps the value and may still win.  A future never polled
 	 * stays that way.  Otherwise every future is polled, which starts it.
+	 * The state is looked at before each future: one that leaves through
+	 * cancellation without the task being cancelled (a plain rok_join of
+	 * a task without a result) puts this poll in cancelled state, and the
+	 * futures after it must not be started by it.
 	 */
-	size_t limit = rok_cx_cancelled(cx) ? op->started : n;
 	size_t win;
-	for (win = 0; win < limit; win++) {
+	bool won = false;
+	for (win = 0; win < (rok_cx_cancelled(cx) ? op->started : n); win++) {
 		if (win >= op->started)
 			op->started = win + 1;
-		if (rok_future_await(cx, &futs[win], &value) == ROK_READY)
+		if (rok_future_await(cx, &futs[win], &value) == ROK_READY) {
+			won = true;
 			break;
+		}
 	}
-	if (win == limit)
+	if (!won)
 		return ROK_PENDING;
 	select_cancel(cx, futs, n, win);
 	op->started = 0;

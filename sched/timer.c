@@ -30,10 +30,17 @@
  * registers in the wheel of the worker it runs on; cancelling it unlinks
  * the node at once from whichever thread polls the cancelled task, hence
  * the lock (uncontended in the common case: the owner fires its own wheel).
- * Firing moves a due slot to the wheel's `firing` list (aux TIMER_FIRING)
- * and takes its nodes one at a time under the lock; the lock is dropped
- * only to wake a batch, and a node released meanwhile is unlinked from
- * `firing` like from any slot, so nobody walks a list it does not hold.
+ * Firing moves a due slot to the wheel's `firing` list and takes its nodes
+ * one at a time under the lock; the lock is dropped only to wake a batch,
+ * and a node released meanwhile is unlinked from `firing` like from any
+ * slot, so nobody walks a list it does not hold.  The nodes keep their aux:
+ * while `firing` is not empty, aux == firing_aux means "on `firing`", and a
+ * node that would be filed in that very slot meanwhile (a far timer going
+ * round the top level, a registration due at once) waits on `deferred`
+ * (aux TIMER_DEFERRED) and is filed once `firing` is empty, before that
+ * timer_fire returns (timer_next does not look there; only a stuck worker
+ * and its helper share a wheel, and the one firing files it).  So taking a
+ * slot costs O(1), not a walk of its nodes (a cache miss each).
  *
  * rok_now() adds `timer_skew` (0 but in tests, which move the clock to the
  * edges of the wheel: timer_skew_clock()).
@@ -52,7 +59,7 @@
 #define TIMER_BITS       6                      /* log2(TIMER_SLOTS) */
 #define TIMER_MAX_TICKS  ((uint64_t)1 << (TIMER_BITS * TIMER_LEVELS))
 #define TIMER_FIRE_BATCH 64
-#define TIMER_FIRING     (TIMER_LEVELS * TIMER_SLOTS)   /* aux: on `firing` */
+#define TIMER_DEFERRED   (TIMER_LEVELS * TIMER_SLOTS)   /* aux: on `deferred` */
 
 /* Relaxed: a test sets it before the timers it is about; a thread that
  * reads the old value sees the clock as it was a moment earlier. */
@@ -135,17 +142,28 @@ static void timer_file(struct timer_wheel *tw, rok_waiter *w, uint64_t when,
 	                                   TIMER_BITS;
 	unsigned slot = (unsigned)(when >> (level * TIMER_BITS)) &
 	                (TIMER_SLOTS - 1);
+	rok_waiter **head = &tw->slots[level][slot];
 	w->aux = level * TIMER_SLOTS + slot;
+	if (tw->firing != NULL && w->aux == tw->firing_aux) {
+		/* Its aux would say "on `firing`": see the note at the top. */
+		w->aux = TIMER_DEFERRED;
+		head = &tw->deferred;
+	} else {
+		tw->occupied[level] |= (uint64_t)1 << slot;
+	}
 	if (cx != NULL)
-		waitq_link(&tw->slots[level][slot], w, cx, timer_release, tw);
+		waitq_link(head, w, cx, timer_release, tw);
 	else
-		waitq_append(&tw->slots[level][slot], w);
-	tw->occupied[level] |= (uint64_t)1 << slot;
+		waitq_append(head, w);
 }
 
 static void timer_unfile(struct timer_wheel *tw, rok_waiter *w)
 {
-	if (w->aux == TIMER_FIRING) {
+	if (w->aux == TIMER_DEFERRED) {
+		(void)waitq_unlink(&tw->deferred, w);
+		return;
+	}
+	if (tw->firing != NULL && w->aux == tw->firing_aux) {
 		(void)waitq_unlink(&tw->firing, w);
 		return;
 	}
@@ -264,29 +282,35 @@ static bool timer_take_slot(struct timer_wheel *tw, uint64_t now_tick)
 		return false;
 	if (start > tw->elapsed)
 		tw->elapsed = start;
-	rok_waiter *head = tw->slots[level][slot], *w = head;
+	tw->firing = tw->slots[level][slot];   /* its nodes keep their aux */
+	tw->firing_aux = level * TIMER_SLOTS + slot;
 	tw->slots[level][slot] = NULL;
 	tw->occupied[level] &= ~((uint64_t)1 << slot);
-	do {
-		w->aux = TIMER_FIRING;
-		w = w->next;
-	} while (w != head);
-	tw->firing = head;
 	return true;
 }
 
-/* Lock held.  Unlinks the head of `firing` to file it elsewhere (no state
+/* Lock held.  Unlinks the head of *head to file it elsewhere (no state
  * change, no accounting: the node stays registered). */
-static void timer_detach_first(struct timer_wheel *tw)
+static rok_waiter *timer_detach_first(rok_waiter **head)
 {
-	rok_waiter *w = tw->firing;
+	rok_waiter *w = *head;
 
 	if (w->next == w) {
-		tw->firing = NULL;
+		*head = NULL;
 	} else {
 		w->prev->next = w->next;
 		w->next->prev = w->prev;
-		tw->firing = w->next;
+		*head = w->next;
+	}
+	return w;
+}
+
+/* Lock held, `firing` empty.  Files what waited on `deferred`. */
+static void timer_file_deferred(struct timer_wheel *tw)
+{
+	while (tw->deferred != NULL) {
+		rok_waiter *w = timer_detach_first(&tw->deferred);
+		timer_file(tw, w, timer_tick_ceil(timer_op(w)->deadline), NULL);
 	}
 }
 
@@ -299,17 +323,23 @@ unsigned timer_fire(struct timer_wheel *tw, int64_t now)
 	if (!timer_armed(tw))
 		return 0;
 	spin_lock(&tw->lock);
-	/* Each pass advances elapsed (a slot to take starts after it), so
+	/* Each take advances elapsed (a slot to take starts after it), so
 	 * this ends even when far timers go round the top level. */
-	while (tw->firing != NULL || timer_take_slot(tw, now_tick)) {
+	for (;;) {
+		if (tw->firing == NULL) {
+			timer_file_deferred(tw);
+			if (!timer_take_slot(tw, now_tick))
+				break;
+		}
 		rok_waiter *w = tw->firing;
 		int64_t deadline = timer_op(w)->deadline;
 		uint64_t when = timer_tick_ceil(deadline);
 		if (when > now_tick) {
 			/* Not due: file it again, relative to the advanced
 			 * elapsed; it lands at a lower level (or, far, round
-			 * the top level again). */
-			timer_detach_first(tw);
+			 * the top level again: on `deferred` until the slot
+			 * is empty). */
+			(void)timer_detach_first(&tw->firing);
 			timer_file(tw, w, when, NULL);
 			continue;
 		}

@@ -20,6 +20,8 @@ struct timer_wheel {
 	uint64_t occupied[TIMER_LEVELS];
 	rok_waiter *slots[TIMER_LEVELS][TIMER_SLOTS];
 	rok_waiter *firing;            /* the slot timer_fire is emptying */
+	unsigned firing_aux;           /* its aux (level, slot) */
+	rok_waiter *deferred;          /* to be filed in it: see timer.c */
 };
 
 void timer_init(struct timer_wheel *tw);

@@ -2,7 +2,8 @@
  * check_combine.c — join_all, race, select and timeouts (rok/combine.h),
  * rule by rule (SPEC A9, A10, A11).
  *
- * select: the lowest index wins a tie; a never-polled loser never runs;
+ * select: the lowest index wins a tie; a never-polled loser never runs,
+ *   even when an earlier future left through a plain join's error;
  *   each started loser's cleanup runs exactly once; the losers' timers and
  *   waits are released; cancelling the waiting task cancels the children
  *   (innermost cleanup first); an empty list is -EINVAL.
@@ -66,6 +67,7 @@ enum fkind {
 	F_SLEEP,        /* sleeps `ns`, returns `value` */
 	F_LOCK,         /* locks `mu`, returns `value`; cleanup unlocks */
 	F_SELECT,       /* selects over `inner[0..2)`, returns the winner's */
+	F_JOIN,         /* plain rok_join of `target`, returns its value */
 };
 
 struct fut {
@@ -84,6 +86,8 @@ struct fut {
 	rok_future *inner_futs;   /* F_SELECT: and their futures */
 	rok_select_op sel;
 	size_t index;
+	rok_task *target;         /* F_JOIN */
+	rok_join_op jop;
 };
 
 static rok_poll fut_poll(rok_cx *cx, void *frame)
@@ -106,6 +110,9 @@ static rok_poll fut_poll(rok_cx *cx, void *frame)
 			                &f->inner[i]);
 		ROK_AWAIT(cx, rok_select(cx, &f->sel, f->inner_futs, 2,
 		                         &f->index, &f->v, &f->err));
+		f->value = (intptr_t)f->v;
+	} else if (f->kind == F_JOIN) {
+		ROK_AWAIT(cx, rok_join(cx, &f->jop, f->target, &f->v));
 		f->value = (intptr_t)f->v;
 	}
 	atomic_fetch_add(&after[f->id], 1);
@@ -241,6 +248,60 @@ START_TEST(select_never_polled_never_runs)
 	}
 	ck_assert_int_eq(rok_registrations(), base);
 	rok_chan_free(ch, NULL);
+}
+END_TEST
+
+/* Sleeps for an hour: a task to cancel, which then has no result. */
+struct sleepy {
+	rok_sleep_op op;
+};
+
+static rok_poll sleepy_poll(rok_cx *cx, void *frame)
+{
+	struct sleepy *f = frame;
+
+	ROK_BEGIN(cx);
+	ROK_AWAIT(cx, rok_sleep(cx, &f->op, ROK_S(3600)));
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+/*
+ * A future whose plain rok_join meets a task that ended without a result
+ * leaves through cancellation (rok.h), and so does the selecting task; the
+ * select goes on in cancelled state, in which a never-polled future is not
+ * started: the one after it never runs, not even its cleanup (A10).
+ */
+START_TEST(select_join_error_starts_no_more)
+{
+	struct sleepy sl = { 0 };
+	rok_task *dead, *s;
+
+	int64_t base = start_base(1);
+	ck_assert_int_eq(rok_spawn(&dead, sleepy_poll, &sl, sizeof(sl)), 0);
+	rok_task_cancel(dead);
+	ck_assert_int_eq(rok_task_wait(dead, NULL), -ECANCELED);
+	struct selector f = {
+		.n = 3,
+		.fr = { { .kind = F_JOIN, .target = dead },
+		        { .kind = F_NOW, .value = 6 },
+		        { .kind = F_NOW, .value = 7 } },
+	};
+	ck_assert_int_eq(rok_spawn(&s, selector_poll, &f, sizeof(f)), 0);
+	ck_assert_int_eq(rok_task_wait(s, NULL), -ECANCELED);
+	rok_task_unref(s);
+	rok_task_unref(dead);
+	ck_assert_int_eq(atomic_load(&ran[0]), 1);
+	ck_assert_int_eq(atomic_load(&after[0]), 0);
+	ck_assert_int_eq(atomic_load(&cleaned[0]), 1);
+	for (int i = 1; i < 3; i++) {
+		ck_assert_int_eq(atomic_load(&ran[i]), 0);
+		ck_assert_int_eq(atomic_load(&cleaned[i]), 0);
+	}
+	ck_assert_int_eq(atomic_load(&outer_cleaned), 1);
+	ck_assert_int_eq(atomic_load(&sel_err), 1);   /* select never ended */
+	ck_assert_int_eq(rok_registrations(), base);
+	ck_assert_int_eq(atomic_load(&bad), 0);
 }
 END_TEST
 
@@ -822,6 +883,7 @@ static Suite *combine_suite(void)
 	const struct test_case cases[] = {
 		{ "select_tie", select_tie_lowest_index },
 		{ "select_never_polled", select_never_polled_never_runs },
+		{ "select_join_error", select_join_error_starts_no_more },
 		{ "select_cleanup_once", select_losers_cleanup_once },
 		{ "select_released", select_losers_released },
 		{ "select_cancel", select_cancel_cancels_children },

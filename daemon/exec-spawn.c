@@ -52,9 +52,11 @@
  * exec_spawn_kill (the task's timeout or cancel) sends SIGKILL through it,
  * which ends the spawner's vfork wait too.  The spawner lock orders that
  * kill against the spawner closing the pidfd.  A request whose task gave
- * up before the child was up is not started (the child looks first).  If
- * the task is gone when the spawner answers, the spawner kills and reaps
- * the child itself.  No wait is unbounded: every reap follows a SIGKILL and
+ * up while it was queued is answered at once by exec_spawn_kill (so a
+ * timeout holds even when every spawner its user may have is stuck), and
+ * one given up on as its spawner clones is not started (the child looks
+ * first).  If the task is gone when the spawner answers, the spawner
+ * kills and reaps the child itself.  No wait is unbounded: every reap follows a SIGKILL and
  * waits on the pidfd for at most EXEC_REAP_WAIT_NS (exec_kill_reap).
  *
  * ROKD_TEST_EXEC_STALL, a test hook read once at start from rokd's own
@@ -421,8 +423,31 @@ static void exec_kill_reap_close(pid_t pid, int pidfd, const char *who)
 	close(pidfd);
 }
 
+static void exec_req_strip(struct exec_req *r);
+
+/* Lock held: takes r, queued, off the queue. */
+static void exec_spawn_unlink_locked(struct exec_req *r)
+{
+	struct exec_req *prev = NULL;
+
+	for (struct exec_req *q = spawn.head; q != NULL; prev = q, q = q->next) {
+		if (q != r)
+			continue;
+		if (prev != NULL)
+			prev->next = r->next;
+		else
+			spawn.head = r->next;
+		if (spawn.tail == r)
+			spawn.tail = prev;
+		r->next = NULL;
+		return;
+	}
+}
+
 void exec_spawn_kill(struct exec_req *r)
 {
+	bool queued = false;
+
 	pthread_mutex_lock(&spawn.lock);
 	/* seq_cst: the store is ordered before the load of the pidfd (see
 	 * exec_child_main). */
@@ -434,8 +459,22 @@ void exec_spawn_kill(struct exec_req *r)
 		if (fd >= 0)
 			(void)syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL,
 			              0);
+	} else if (r->state == SPAWN_QUEUED) {
+		/* Still waiting for a spawner, which may not come for long
+		 * (every spawner this user may hold is stuck, or all are):
+		 * answered here and now, so a timeout is kept. */
+		exec_spawn_unlink_locked(r);
+		r->state = SPAWN_DONE;
+		queued = true;
 	}
 	pthread_mutex_unlock(&spawn.lock);
+	if (!queued)
+		return;
+	snprintf(r->reason, sizeof(r->reason), "cancelled before it started");
+	exec_req_strip(r);
+	/* The caller holds the receiver (see exec.h); if not, r is ours. */
+	if (rok_oneshot_send(r->done, r) < 0)
+		exec_req_free(r, false);
 }
 
 /* ---- the spawner threads --------------------------------------------------- */
@@ -492,8 +531,8 @@ void exec_req_free(struct exec_req *r, bool kill_child)
 }
 
 /* Lock held: the first queued request whose user does not hold
- * SPAWN_PER_UID spawners already (a request given up on is answered at
- * once, whoever it is for), taken off the queue; or NULL. */
+ * SPAWN_PER_UID spawners already, taken off the queue; or NULL.  (A
+ * request given up on is not queued: exec_spawn_kill answered it.) */
 static struct exec_req *exec_spawn_take_locked(void)
 {
 	struct exec_req *prev = NULL;
@@ -502,7 +541,7 @@ static struct exec_req *exec_spawn_take_locked(void)
 		unsigned n = 0;
 		for (unsigned i = 0; i < spawn.threads; i++)
 			n += spawn.busy[i] && spawn.busy_uid[i] == r->owner;
-		if (n >= SPAWN_PER_UID && !r->kill)
+		if (n >= SPAWN_PER_UID)
 			continue;
 		if (prev != NULL)
 			prev->next = r->next;
@@ -577,16 +616,9 @@ static void *exec_spawner_main(void *arg)
 		spawn.busy[me] = true;
 		spawn.busy_uid[me] = r->owner;
 		r->state = SPAWN_STARTING;
-		bool given_up = r->kill != 0;
 		exec_spawn_grow_locked();
 		pthread_mutex_unlock(&spawn.lock);
-		if (given_up) {
-			snprintf(r->reason, sizeof(r->reason), "cancelled "
-			         "before it started");
-			exec_req_strip(r);
-		} else {
-			exec_spawner_run(r, stack);
-		}
+		exec_spawner_run(r, stack);
 		/* The task gone (cancelled meanwhile): its child dies here. */
 		if (rok_oneshot_send(r->done, r) < 0)
 			exec_req_free(r, true);

@@ -94,8 +94,9 @@ void exec_spawn_submit(struct exec_req *r);
 /*
  * The task gives up on r's start (timeout, cancel): a child not yet up
  * never starts, one on its way (stuck in chdir or execve, say) gets
- * SIGKILL.  r is still answered through r->done.  Any thread, while r is
- * the spawner's or in the oneshot (before the receiver is dropped).
+ * SIGKILL.  r is still answered through r->done: at once, from this call,
+ * if it was still queued.  Any thread, while r is the spawner's or in the
+ * oneshot (before the receiver is dropped).
  */
 void exec_spawn_kill(struct exec_req *r);
 /* Frees a request the exec task received: kills (SIGKILL) and reaps a

@@ -613,19 +613,21 @@ static void exec_release(rok_cx *cx, struct exec_job *j)
 	j->woken = true;
 }
 
+#define EXEC_READ_BYTES 32768
+
 /*
  * Reads what a pipe holds: until it would block, or its end, or `budget`
  * reads (then j->more: a child that writes without pause must not keep the
  * worker from other tasks; the next exec_wait yields first).  The
  * readiness edge was consumed, so the pipe must be read again without
- * awaiting it.  budget 0: no limit (the last reads, the child reaped).
+ * awaiting it.
  */
 static void exec_drain(rok_cx *cx, struct exec_job *j, int i, int budget)
 {
-	uint8_t buf[32768];
+	uint8_t buf[EXEC_READ_BYTES];
 
 	for (int reads = 0; j->outfd[i] >= 0; reads++) {
-		if (budget > 0 && reads == budget) {
+		if (reads == budget) {
 			j->more = true;
 			return;
 		}
@@ -732,6 +734,19 @@ static void exec_kill_now(struct exec_job *j)
 /* Up to this many reads of 32 KiB per pipe per poll. */
 #define EXEC_DRAIN_BUDGET 8
 
+/* The last drain, the group dead: the reads that empty pipe i if no one
+ * writes to it any more, which is the case unless a process left the
+ * group (and there is no cgroup): that one, writing on, must not hold the
+ * worker for as long as it writes.  What it writes past that is dropped. */
+static int exec_drain_last(struct exec_job *j, int i)
+{
+	int size = j->outfd[i] >= 0 ? fcntl(j->outfd[i], F_GETPIPE_SZ) : 0;
+
+	if (size <= 0)
+		size = 1 << 20;   /* pipe-max-size's default */
+	return size / EXEC_READ_BYTES + 2;
+}
+
 static rok_poll exec_poll(rok_cx *cx, void *frame)
 {
 	struct exec_frame *f = frame;
@@ -783,8 +798,8 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 		}
 	}
 	/* The group is dead: what is left in the pipes is all there is. */
-	exec_drain(cx, j, 0, 0);
-	exec_drain(cx, j, 1, 0);
+	exec_drain(cx, j, 0, exec_drain_last(j, 0));
+	exec_drain(cx, j, 1, exec_drain_last(j, 1));
 	exec_release(cx, j);
 	ROK_CLEANUP(cx);
 	if (j != NULL) {

@@ -18,7 +18,9 @@
  * removed when its task ends; one whose killed processes are still exiting
  * (rmdir says EBUSY) is retried at the next task's start and at exit;
  * the directory of a rokd that died without removing its own is killed and
- * removed by the next start (exec_cgroup_sweep).
+ * removed by the next start (exec_cgroup_sweep: a live rokd holds an
+ * flock on its directory, so one in another pid namespace is not taken
+ * for dead).
  *
  * Threads: exec_cgroup_init on the main thread; the rest on the worker
  * that runs the task, except exec_cgroup_kill (any thread).
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,7 +47,8 @@ static struct {
 	pthread_mutex_t lock;
 	uint64_t pending[CGROUP_PENDING];   /* ids whose rmdir said EBUSY */
 	unsigned npending;
-} cg = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	int own;                    /* base, open and flocked; -1: none */
+} cg = { .lock = PTHREAD_MUTEX_INITIALIZER, .own = -1 };
 
 /* The cgroup2 mount point from /proc/self/mountinfo, into buf: 0 or -1. */
 static int exec_cgroup_mount(char *buf, size_t len)
@@ -127,10 +131,16 @@ static void exec_cgroup_exit(void)
 	pthread_mutex_unlock(&cg.lock);
 }
 
-/* The rokd.<pid> directories of rokds that died without removing them
- * (SIGKILL, a crash), in `parent`: a pid that names no process is a rokd
- * that is gone.  (A pid reused since keeps its directory until it is gone
- * too.) */
+/*
+ * The rokd.<pid> directories of rokds that died without removing them
+ * (SIGKILL, a crash), in `parent`.  A live rokd holds an flock on its
+ * directory for as long as it runs (exec_cgroup_own), which the kernel
+ * drops when it dies, whatever pid namespace it ran in: the pid alone
+ * would not do, a rokd in another container that shares this cgroup has a
+ * pid that names no process here.  The pid must name no process here as
+ * well (a rokd of an earlier version takes no lock).  (A pid reused since
+ * keeps its directory until it is gone too.)
+ */
 static void exec_cgroup_sweep(const char *parent)
 {
 	DIR *d = opendir(parent);
@@ -145,13 +155,50 @@ static void exec_cgroup_sweep(const char *parent)
 		if (*end != '\0' || pid <= 0 || pid == (long)getpid() ||
 		    kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;
-		if (snprintf(path, sizeof(path), "%s/%s", parent, de->d_name) <
-		    (int)sizeof(path) && exec_cgroup_clear(path) == 0)
+		if (snprintf(path, sizeof(path), "%s/%s", parent, de->d_name) >=
+		    (int)sizeof(path))
+			continue;
+		int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		/* Held while clearing: its owner cannot be starting. */
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+		    exec_cgroup_clear(path) == 0)
 			log_info("exec: removed %s, left by a rokd that is gone",
 			         path);
+		close(fd);
 	}
 	if (d != NULL)
 		closedir(d);
+}
+
+/* Makes (or takes over) `path`, rokd's own directory, and holds an flock
+ * on it until rokd exits (exec_cgroup_sweep): 0, or -errno (-EBUSY: a rokd
+ * with the same pid in another pid namespace has it). */
+static int exec_cgroup_own(const char *path)
+{
+	/* Another rokd's sweep may remove it between our mkdir and our
+	 * lock: then make it again. */
+	for (int tries = 0; tries < 3; tries++) {
+		struct stat a, b;
+		if (mkdir(path, 0755) != 0 && errno != EEXIST)
+			return -errno;
+		int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+			int err = errno == EWOULDBLOCK ? -EBUSY : -errno;
+			close(fd);
+			return err;
+		}
+		if (fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
+		    a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+			cg.own = fd;
+			return 0;
+		}
+		close(fd);
+	}
+	return -EAGAIN;
 }
 
 void exec_cgroup_init(void)
@@ -173,8 +220,12 @@ void exec_cgroup_init(void)
 	if (snprintf(path + n, sizeof(path) - n, "/rokd.%d", (int)getpid()) >=
 	    (int)(sizeof(path) - n))
 		goto off;
-	if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-		why = strerror(errno);
+	int err = exec_cgroup_own(path);
+	if (err == -EBUSY) {
+		why = "another rokd holds its directory";
+		goto off;
+	} else if (err < 0) {
+		why = strerror(-err);
 		goto off;
 	}
 	/* Not in the root cgroup, which has none: in the one just made. */
@@ -182,11 +233,15 @@ void exec_cgroup_init(void)
 	snprintf(kill, sizeof(kill), "%s/cgroup.kill", path);
 	if (access(kill, W_OK) != 0) {
 		(void)rmdir(path);
+		close(cg.own);
+		cg.own = -1;
 		why = "no cgroup.kill (Linux 5.14)";
 		goto off;
 	}
 	if ((cg.base = strdup(path)) == NULL) {
 		(void)rmdir(path);
+		close(cg.own);
+		cg.own = -1;
 		why = "out of memory";
 		goto off;
 	}

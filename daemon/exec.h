@@ -1,6 +1,7 @@
 /*
  * exec.h — the private interface between the files of the exec kind:
- * exec.c (the kind: spec check, the supervising task, the outcome),
+ * exec.c (the kind: the supervising task, the outcome), exec-args.c (the
+ * spec's check, its strings, the environment and PATH),
  * exec-spawn.c (starting the child), exec-user.c (who it runs as),
  * exec-output.c (the capture file) and exec-orphans.c (what a run left
  * behind when rokd died).  Threads: everything here runs on the worker that polls
@@ -15,7 +16,36 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "rok.pb-c.h"
 #include "rok/rok.h"
+
+/* ---- exec-args.c ------------------------------------------------------ */
+
+#define EXEC_DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin"
+
+struct exec_user;
+
+/* The kind's check hook: 0, or -1 with a message in err. */
+int exec_args_check(const Rok__V1__TaskSpec *spec, char *err, size_t len);
+/* A copy of b, NUL-terminated (b holds no NUL: exec_args_check); NULL on
+ * ENOMEM.  Free it. */
+char *exec_args_strndup(const ProtobufCBinaryData *b);
+/* n copies, NULL-terminated, each its own allocation: NULL on ENOMEM.
+ * exec_args_strv_free frees it (NULL-safe). */
+char **exec_args_strv(const ProtobufCBinaryData *v, size_t n);
+void exec_args_strv_free(char **a);
+/* Finds NAME= in a NULL-terminated env: the value (borrowed), or NULL. */
+const char *exec_args_getenv(char *const *env, const char *name);
+/*
+ * --clean-env: PATH, HOME, USER, LOGNAME, SHELL of u (NULL: PATH alone),
+ * then the *nenv entries of *envp, which win.  Replaces *envp (its strings
+ * move) and *nenv: 0 or -ENOMEM (then unchanged).
+ */
+int exec_args_clean_env(char ***envp, size_t *nenv, const struct exec_user *u);
+/* The candidates execve tries for prog along `path` (none when prog has
+ * a slash), NULL-terminated, in one allocation (free() it); NULL on
+ * ENOMEM. */
+char **exec_args_paths(const char *prog, const char *path);
 
 /* ---- exec-user.c ------------------------------------------------------ */
 

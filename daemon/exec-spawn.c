@@ -23,8 +23,9 @@
  * session and process group and has no controlling terminal, so it cannot
  * push input into rokd's terminal with TIOCSTI, and as a session leader it
  * cannot move itself to another group and out of reach of the group's
- * signals), its cgroup (exec-cgroup.c, where there is one), the three fds, close everything else (every rokd fd is
- * close-on-exec anyway: close_range is a backstop), the resource limits
+ * signals), its cgroup (exec-cgroup.c, where there is one), the three
+ * fds, close everything else (every rokd fd is close-on-exec anyway:
+ * close_range is a backstop), the resource limits
  * rokd was started with (exec_limits_save: rokd raises RLIMIT_NOFILE for
  * itself, its tasks get what they would have had), drop to the submitter
  * (setgroups, setresgid, setresuid), chdir (with the submitter's rights),
@@ -56,8 +57,9 @@
  * timeout holds even when every spawner its user may have is stuck), and
  * one given up on as its spawner clones is not started (the child looks
  * first).  If the task is gone when the spawner answers, the spawner
- * kills and reaps the child itself.  No wait is unbounded: every reap follows a SIGKILL and
- * waits on the pidfd for at most EXEC_REAP_WAIT_NS (exec_kill_reap).
+ * kills and reaps the child itself.  No wait is unbounded: every reap
+ * follows a SIGKILL and waits on the pidfd for at most EXEC_REAP_WAIT_NS
+ * (exec_kill_reap).
  *
  * ROKD_TEST_EXEC_STALL, a test hook read once at start from rokd's own
  * environment: a child whose program is exactly that path opens it for
@@ -386,7 +388,7 @@ EXEC_CHILD static int exec_child_main(void *arg)
 	exec_child_fail(fail, "exec", -err);
 }
 
-/* ---- killing and reaping ---------------------------------------------------- */
+/* ---- killing and reaping ------------------------------------------------ */
 
 int exec_kill_reap(pid_t pid, int pidfd, siginfo_t *si)
 {
@@ -477,7 +479,7 @@ void exec_spawn_kill(struct exec_req *r)
 		exec_req_free(r, false);
 }
 
-/* ---- the spawner threads --------------------------------------------------- */
+/* ---- the spawner threads ------------------------------------------------ */
 
 void exec_spawn_submit(struct exec_req *r)
 {

@@ -124,7 +124,7 @@ int exec_init(void)
 	return exec_spawn_init();
 }
 
-/* ---- the job (reactor thread) --------------------------------------------- */
+/* ---- the job (reactor thread) -------------------------------------------- */
 
 static void exec_job_free(struct exec_job *j)
 {

@@ -1,11 +1,11 @@
 /*
  * exec.h — the private interface between the files of the exec kind:
  * exec.c (the kind: the supervising task, the outcome), exec-args.c (the
- * spec's check, its strings, the environment and PATH),
- * exec-spawn.c (starting the child), exec-user.c (who it runs as),
- * exec-output.c (the capture file) and exec-orphans.c (what a run left
- * behind when rokd died).  Threads: everything here runs on the worker that polls
- * the exec task, except where said.
+ * spec's check, its strings, the environment and PATH), exec-spawn.c
+ * (starting the child), exec-user.c (who it runs as), exec-output.c (the
+ * capture file), exec-cgroup.c (a cgroup per task) and exec-orphans.c
+ * (what a run left behind when rokd died).  Threads: everything here runs
+ * on the worker that polls the exec task, except where said.
  */
 #ifndef ROKD_EXEC_H
 #define ROKD_EXEC_H

@@ -59,7 +59,7 @@
  * first).  If the task is gone when the spawner answers, the spawner
  * kills and reaps the child itself.  No wait is unbounded: every reap
  * follows a SIGKILL and waits on the pidfd for at most EXEC_REAP_WAIT_NS
- * (exec_kill_reap).
+ * (exec_kill_reap), then leaves the child to the late reaper (below).
  *
  * ROKD_TEST_EXEC_STALL, a test hook read once at start from rokd's own
  * environment: a child whose program is exactly that path opens it for
@@ -390,6 +390,86 @@ EXEC_CHILD static int exec_child_main(void *arg)
 
 /* ---- killing and reaping ------------------------------------------------ */
 
+/*
+ * Children that did not end within EXEC_REAP_WAIT_NS of SIGKILL (stuck in
+ * the kernel: a FUSE flush that is never answered, say) would stay zombies
+ * for good once they end, their pids taken, since no one else reaps: the
+ * late reaper, a thread started for the first of them, holds a pidfd of
+ * each and reaps it when it becomes readable.  It looks at new ones once a
+ * second; it never exits.
+ */
+#define LATE_MAX 256
+#define LATE_POLL_MS 1000
+
+static struct {
+	pthread_mutex_t lock;
+	int fd[LATE_MAX];
+	unsigned n;
+	bool started;
+} late = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void *exec_late_main(void *arg)
+{
+	struct pollfd p[LATE_MAX];
+
+	(void)arg;
+	for (;;) {
+		pthread_mutex_lock(&late.lock);
+		unsigned n = late.n;
+		for (unsigned i = 0; i < n; i++)
+			p[i] = (struct pollfd){ .fd = late.fd[i], .events = POLLIN };
+		pthread_mutex_unlock(&late.lock);
+		if (poll(p, n, LATE_POLL_MS) <= 0)
+			continue;
+		pthread_mutex_lock(&late.lock);
+		/* Only this thread removes entries: the first n are p's. */
+		for (unsigned i = n; i-- > 0; ) {
+			siginfo_t si;
+			memset(&si, 0, sizeof(si));
+			if (p[i].revents == 0 ||
+			    (waitid(P_PIDFD, (id_t)p[i].fd, &si,
+			            WEXITED | WNOHANG) == 0 && si.si_pid == 0))
+				continue;
+			close(late.fd[i]);
+			late.fd[i] = late.fd[--late.n];
+			late.fd[late.n] = -1;
+		}
+		pthread_mutex_unlock(&late.lock);
+	}
+	return NULL;
+}
+
+/* Hands a copy of pidfd to the late reaper: 0 or -errno. */
+static int exec_reap_later(int pidfd)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&late.lock);
+	if (!late.started) {
+		sigset_t all, old;
+		pthread_t t;
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		err = -pthread_create(&t, NULL, exec_late_main, NULL);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		if (err == 0) {
+			pthread_detach(t);
+			late.started = true;
+		}
+	}
+	if (err == 0 && late.n == LATE_MAX)
+		err = -EMFILE;
+	if (err == 0) {
+		int fd = fcntl(pidfd, F_DUPFD_CLOEXEC, 0);
+		if (fd < 0)
+			err = -errno;
+		else
+			late.fd[late.n++] = fd;
+	}
+	pthread_mutex_unlock(&late.lock);
+	return err;
+}
+
 int exec_kill_reap(pid_t pid, int pidfd, siginfo_t *si)
 {
 	int64_t deadline = rok_now() + EXEC_REAP_WAIT_NS;
@@ -406,8 +486,14 @@ int exec_kill_reap(pid_t pid, int pidfd, siginfo_t *si)
 			return -errno;
 		}
 		int64_t left = deadline - rok_now();
-		if (left <= 0)
+		if (left <= 0) {
+			int err = exec_reap_later(pidfd);
+			if (err < 0)
+				log_errno(err, "exec: pid %d: no late reaper: "
+				          "it stays a zombie once it ends",
+				          (int)pid);
 			return -ETIMEDOUT;
+		}
 		struct pollfd p = { .fd = pidfd, .events = POLLIN };
 		(void)poll(&p, 1, (int)(left / 1000000) + 1);
 	}
@@ -421,7 +507,7 @@ static void exec_kill_reap_close(pid_t pid, int pidfd, const char *who)
 
 	if (err < 0)
 		log_errno(err, "%s: pid %d did not end after SIGKILL; it is "
-		          "left unreaped", who, (int)pid);
+		          "reaped once it does", who, (int)pid);
 	close(pidfd);
 }
 

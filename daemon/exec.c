@@ -560,7 +560,7 @@ static void exec_kill_now(struct exec_job *j)
 	int err = exec_kill_reap(j->pid, j->pidfd, &j->si);
 	if (err < 0) {
 		log_errno(err, "task %llu: pid %d did not end after SIGKILL; it "
-		          "is left unreaped", (unsigned long long)j->id,
+		          "is reaped once it does", (unsigned long long)j->id,
 		          (int)j->pid);
 		memset(&j->si, 0, sizeof(j->si));
 		j->si.si_code = CLD_KILLED;

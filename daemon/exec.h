@@ -135,9 +135,10 @@ void exec_req_free(struct exec_req *r, bool kill_child);
 /*
  * Sends SIGKILL to pid through its pidfd and to its process group, and
  * reaps it (into *si), waiting for it to be gone for a bounded time: 0, or
- * -ETIMEDOUT (then it is left unreaped), or -errno.  pid must be an
- * unreaped child of rokd's, so that its group id is still its own.  Any
- * thread; may block up to a few seconds for a process that does not die.
+ * -ETIMEDOUT (then a thread of its own reaps it once it ends), or -errno.
+ * pid must be an unreaped child of rokd's, so that its group id is still
+ * its own.  Any thread; may block up to a few seconds for a process that
+ * does not die.
  */
 int exec_kill_reap(pid_t pid, int pidfd, siginfo_t *si);
 

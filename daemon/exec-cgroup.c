@@ -28,6 +28,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -96,6 +97,35 @@ static int exec_cgroup_self(char *buf, size_t len)
 	return rc;
 }
 
+/* How long exec_cgroup_clear waits for killed processes to be gone. */
+#define CGROUP_CLEAR_WAIT_MS 2000
+
+/* cgroup.kill only sends the signals: waits until no process is left in
+ * `base` (its cgroup.events says "populated 0"), for a bounded time, so
+ * that the rmdirs that follow find the cgroups empty.  Start and exit
+ * only (the main thread). */
+static void exec_cgroup_wait_empty(const char *base)
+{
+	char path[8192], buf[256];
+
+	snprintf(path, sizeof(path), "%s/cgroup.events", base);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	for (int ms = 0; ms < CGROUP_CLEAR_WAIT_MS; ms += 10) {
+		ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+		if (n < 0)
+			break;
+		buf[n] = '\0';
+		if (strstr(buf, "populated 0") != NULL)
+			break;
+		/* A change wakes poll early (POLLPRI); 10 ms at most. */
+		struct pollfd p = { .fd = fd, .events = POLLPRI };
+		(void)poll(&p, 1, 10);
+	}
+	close(fd);
+}
+
 /* Kills what is left in a rokd.<pid> directory and removes what it can
  * (a cgroup whose processes are still exiting stays, and is retried by the
  * next start).  0, or -errno of the last rmdir. */
@@ -111,6 +141,7 @@ static int exec_cgroup_clear(const char *base)
 			log_errno(errno, "exec: %s", path);
 		close(fd);
 	}
+	exec_cgroup_wait_empty(base);
 	DIR *d = opendir(base);
 	struct dirent *de;
 	while (d != NULL && (de = readdir(d)) != NULL) {

@@ -18,7 +18,9 @@
  * removed when its task ends; one whose killed processes are still exiting
  * (rmdir says EBUSY) is retried at the next task's start and at exit;
  * the directory of a rokd that died without removing its own is killed and
- * removed by the next start (exec_cgroup_sweep).
+ * removed by the next start (exec_cgroup_sweep: a live rokd holds an
+ * flock on its directory, so one in another pid namespace is not taken
+ * for dead).
  *
  * Threads: exec_cgroup_init on the main thread; the rest on the worker
  * that runs the task, except exec_cgroup_kill (any thread).
@@ -26,11 +28,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,7 +48,8 @@ static struct {
 	pthread_mutex_t lock;
 	uint64_t pending[CGROUP_PENDING];   /* ids whose rmdir said EBUSY */
 	unsigned npending;
-} cg = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	int own;                    /* base, open and flocked; -1: none */
+} cg = { .lock = PTHREAD_MUTEX_INITIALIZER, .own = -1 };
 
 /* The cgroup2 mount point from /proc/self/mountinfo, into buf: 0 or -1. */
 static int exec_cgroup_mount(char *buf, size_t len)
@@ -92,6 +97,35 @@ static int exec_cgroup_self(char *buf, size_t len)
 	return rc;
 }
 
+/* How long exec_cgroup_clear waits for killed processes to be gone. */
+#define CGROUP_CLEAR_WAIT_MS 2000
+
+/* cgroup.kill only sends the signals: waits until no process is left in
+ * `base` (its cgroup.events says "populated 0"), for a bounded time, so
+ * that the rmdirs that follow find the cgroups empty.  Start and exit
+ * only (the main thread). */
+static void exec_cgroup_wait_empty(const char *base)
+{
+	char path[8192], buf[256];
+
+	snprintf(path, sizeof(path), "%s/cgroup.events", base);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	for (int ms = 0; ms < CGROUP_CLEAR_WAIT_MS; ms += 10) {
+		ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+		if (n < 0)
+			break;
+		buf[n] = '\0';
+		if (strstr(buf, "populated 0") != NULL)
+			break;
+		/* A change wakes poll early (POLLPRI); 10 ms at most. */
+		struct pollfd p = { .fd = fd, .events = POLLPRI };
+		(void)poll(&p, 1, 10);
+	}
+	close(fd);
+}
+
 /* Kills what is left in a rokd.<pid> directory and removes what it can
  * (a cgroup whose processes are still exiting stays, and is retried by the
  * next start).  0, or -errno of the last rmdir. */
@@ -107,6 +141,7 @@ static int exec_cgroup_clear(const char *base)
 			log_errno(errno, "exec: %s", path);
 		close(fd);
 	}
+	exec_cgroup_wait_empty(base);
 	DIR *d = opendir(base);
 	struct dirent *de;
 	while (d != NULL && (de = readdir(d)) != NULL) {
@@ -127,10 +162,16 @@ static void exec_cgroup_exit(void)
 	pthread_mutex_unlock(&cg.lock);
 }
 
-/* The rokd.<pid> directories of rokds that died without removing them
- * (SIGKILL, a crash), in `parent`: a pid that names no process is a rokd
- * that is gone.  (A pid reused since keeps its directory until it is gone
- * too.) */
+/*
+ * The rokd.<pid> directories of rokds that died without removing them
+ * (SIGKILL, a crash), in `parent`.  A live rokd holds an flock on its
+ * directory for as long as it runs (exec_cgroup_own), which the kernel
+ * drops when it dies, whatever pid namespace it ran in: the pid alone
+ * would not do, a rokd in another container that shares this cgroup has a
+ * pid that names no process here.  The pid must name no process here as
+ * well (a rokd of an earlier version takes no lock).  (A pid reused since
+ * keeps its directory until it is gone too.)
+ */
 static void exec_cgroup_sweep(const char *parent)
 {
 	DIR *d = opendir(parent);
@@ -145,13 +186,50 @@ static void exec_cgroup_sweep(const char *parent)
 		if (*end != '\0' || pid <= 0 || pid == (long)getpid() ||
 		    kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;
-		if (snprintf(path, sizeof(path), "%s/%s", parent, de->d_name) <
-		    (int)sizeof(path) && exec_cgroup_clear(path) == 0)
+		if (snprintf(path, sizeof(path), "%s/%s", parent, de->d_name) >=
+		    (int)sizeof(path))
+			continue;
+		int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		/* Held while clearing: its owner cannot be starting. */
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+		    exec_cgroup_clear(path) == 0)
 			log_info("exec: removed %s, left by a rokd that is gone",
 			         path);
+		close(fd);
 	}
 	if (d != NULL)
 		closedir(d);
+}
+
+/* Makes (or takes over) `path`, rokd's own directory, and holds an flock
+ * on it until rokd exits (exec_cgroup_sweep): 0, or -errno (-EBUSY: a rokd
+ * with the same pid in another pid namespace has it). */
+static int exec_cgroup_own(const char *path)
+{
+	/* Another rokd's sweep may remove it between our mkdir and our
+	 * lock: then make it again. */
+	for (int tries = 0; tries < 3; tries++) {
+		struct stat a, b;
+		if (mkdir(path, 0755) != 0 && errno != EEXIST)
+			return -errno;
+		int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+			int err = errno == EWOULDBLOCK ? -EBUSY : -errno;
+			close(fd);
+			return err;
+		}
+		if (fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
+		    a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+			cg.own = fd;
+			return 0;
+		}
+		close(fd);
+	}
+	return -EAGAIN;
 }
 
 void exec_cgroup_init(void)
@@ -173,8 +251,12 @@ void exec_cgroup_init(void)
 	if (snprintf(path + n, sizeof(path) - n, "/rokd.%d", (int)getpid()) >=
 	    (int)(sizeof(path) - n))
 		goto off;
-	if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-		why = strerror(errno);
+	int err = exec_cgroup_own(path);
+	if (err == -EBUSY) {
+		why = "another rokd holds its directory";
+		goto off;
+	} else if (err < 0) {
+		why = strerror(-err);
 		goto off;
 	}
 	/* Not in the root cgroup, which has none: in the one just made. */
@@ -182,11 +264,15 @@ void exec_cgroup_init(void)
 	snprintf(kill, sizeof(kill), "%s/cgroup.kill", path);
 	if (access(kill, W_OK) != 0) {
 		(void)rmdir(path);
+		close(cg.own);
+		cg.own = -1;
 		why = "no cgroup.kill (Linux 5.14)";
 		goto off;
 	}
 	if ((cg.base = strdup(path)) == NULL) {
 		(void)rmdir(path);
+		close(cg.own);
+		cg.own = -1;
 		why = "out of memory";
 		goto off;
 	}

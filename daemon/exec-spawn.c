@@ -23,8 +23,9 @@
  * session and process group and has no controlling terminal, so it cannot
  * push input into rokd's terminal with TIOCSTI, and as a session leader it
  * cannot move itself to another group and out of reach of the group's
- * signals), its cgroup (exec-cgroup.c, where there is one), the three fds, close everything else (every rokd fd is
- * close-on-exec anyway: close_range is a backstop), the resource limits
+ * signals), its cgroup (exec-cgroup.c, where there is one), the three
+ * fds, close everything else (every rokd fd is close-on-exec anyway:
+ * close_range is a backstop), the resource limits
  * rokd was started with (exec_limits_save: rokd raises RLIMIT_NOFILE for
  * itself, its tasks get what they would have had), drop to the submitter
  * (setgroups, setresgid, setresuid), chdir (with the submitter's rights),
@@ -52,10 +53,13 @@
  * exec_spawn_kill (the task's timeout or cancel) sends SIGKILL through it,
  * which ends the spawner's vfork wait too.  The spawner lock orders that
  * kill against the spawner closing the pidfd.  A request whose task gave
- * up before the child was up is not started (the child looks first).  If
- * the task is gone when the spawner answers, the spawner kills and reaps
- * the child itself.  No wait is unbounded: every reap follows a SIGKILL and
- * waits on the pidfd for at most EXEC_REAP_WAIT_NS (exec_kill_reap).
+ * up while it was queued is answered at once by exec_spawn_kill (so a
+ * timeout holds even when every spawner its user may have is stuck), and
+ * one given up on as its spawner clones is not started (the child looks
+ * first).  If the task is gone when the spawner answers, the spawner
+ * kills and reaps the child itself.  No wait is unbounded: every reap
+ * follows a SIGKILL and waits on the pidfd for at most EXEC_REAP_WAIT_NS
+ * (exec_kill_reap), then leaves the child to the late reaper (below).
  *
  * ROKD_TEST_EXEC_STALL, a test hook read once at start from rokd's own
  * environment: a child whose program is exactly that path opens it for
@@ -384,7 +388,87 @@ EXEC_CHILD static int exec_child_main(void *arg)
 	exec_child_fail(fail, "exec", -err);
 }
 
-/* ---- killing and reaping ---------------------------------------------------- */
+/* ---- killing and reaping ------------------------------------------------ */
+
+/*
+ * Children that did not end within EXEC_REAP_WAIT_NS of SIGKILL (stuck in
+ * the kernel: a FUSE flush that is never answered, say) would stay zombies
+ * for good once they end, their pids taken, since no one else reaps: the
+ * late reaper, a thread started for the first of them, holds a pidfd of
+ * each and reaps it when it becomes readable.  It looks at new ones once a
+ * second; it never exits.
+ */
+#define LATE_MAX 256
+#define LATE_POLL_MS 1000
+
+static struct {
+	pthread_mutex_t lock;
+	int fd[LATE_MAX];
+	unsigned n;
+	bool started;
+} late = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void *exec_late_main(void *arg)
+{
+	struct pollfd p[LATE_MAX];
+
+	(void)arg;
+	for (;;) {
+		pthread_mutex_lock(&late.lock);
+		unsigned n = late.n;
+		for (unsigned i = 0; i < n; i++)
+			p[i] = (struct pollfd){ .fd = late.fd[i], .events = POLLIN };
+		pthread_mutex_unlock(&late.lock);
+		if (poll(p, n, LATE_POLL_MS) <= 0)
+			continue;
+		pthread_mutex_lock(&late.lock);
+		/* Only this thread removes entries: the first n are p's. */
+		for (unsigned i = n; i-- > 0; ) {
+			siginfo_t si;
+			memset(&si, 0, sizeof(si));
+			if (p[i].revents == 0 ||
+			    (waitid(P_PIDFD, (id_t)p[i].fd, &si,
+			            WEXITED | WNOHANG) == 0 && si.si_pid == 0))
+				continue;
+			close(late.fd[i]);
+			late.fd[i] = late.fd[--late.n];
+			late.fd[late.n] = -1;
+		}
+		pthread_mutex_unlock(&late.lock);
+	}
+	return NULL;
+}
+
+/* Hands a copy of pidfd to the late reaper: 0 or -errno. */
+static int exec_reap_later(int pidfd)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&late.lock);
+	if (!late.started) {
+		sigset_t all, old;
+		pthread_t t;
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		err = -pthread_create(&t, NULL, exec_late_main, NULL);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		if (err == 0) {
+			pthread_detach(t);
+			late.started = true;
+		}
+	}
+	if (err == 0 && late.n == LATE_MAX)
+		err = -EMFILE;
+	if (err == 0) {
+		int fd = fcntl(pidfd, F_DUPFD_CLOEXEC, 0);
+		if (fd < 0)
+			err = -errno;
+		else
+			late.fd[late.n++] = fd;
+	}
+	pthread_mutex_unlock(&late.lock);
+	return err;
+}
 
 int exec_kill_reap(pid_t pid, int pidfd, siginfo_t *si)
 {
@@ -402,8 +486,14 @@ int exec_kill_reap(pid_t pid, int pidfd, siginfo_t *si)
 			return -errno;
 		}
 		int64_t left = deadline - rok_now();
-		if (left <= 0)
+		if (left <= 0) {
+			int err = exec_reap_later(pidfd);
+			if (err < 0)
+				log_errno(err, "exec: pid %d: no late reaper: "
+				          "it stays a zombie once it ends",
+				          (int)pid);
 			return -ETIMEDOUT;
+		}
 		struct pollfd p = { .fd = pidfd, .events = POLLIN };
 		(void)poll(&p, 1, (int)(left / 1000000) + 1);
 	}
@@ -417,12 +507,35 @@ static void exec_kill_reap_close(pid_t pid, int pidfd, const char *who)
 
 	if (err < 0)
 		log_errno(err, "%s: pid %d did not end after SIGKILL; it is "
-		          "left unreaped", who, (int)pid);
+		          "reaped once it does", who, (int)pid);
 	close(pidfd);
+}
+
+static void exec_req_strip(struct exec_req *r);
+
+/* Lock held: takes r, queued, off the queue. */
+static void exec_spawn_unlink_locked(struct exec_req *r)
+{
+	struct exec_req *prev = NULL;
+
+	for (struct exec_req *q = spawn.head; q != NULL; prev = q, q = q->next) {
+		if (q != r)
+			continue;
+		if (prev != NULL)
+			prev->next = r->next;
+		else
+			spawn.head = r->next;
+		if (spawn.tail == r)
+			spawn.tail = prev;
+		r->next = NULL;
+		return;
+	}
 }
 
 void exec_spawn_kill(struct exec_req *r)
 {
+	bool queued = false;
+
 	pthread_mutex_lock(&spawn.lock);
 	/* seq_cst: the store is ordered before the load of the pidfd (see
 	 * exec_child_main). */
@@ -434,11 +547,25 @@ void exec_spawn_kill(struct exec_req *r)
 		if (fd >= 0)
 			(void)syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL,
 			              0);
+	} else if (r->state == SPAWN_QUEUED) {
+		/* Still waiting for a spawner, which may not come for long
+		 * (every spawner this user may hold is stuck, or all are):
+		 * answered here and now, so a timeout is kept. */
+		exec_spawn_unlink_locked(r);
+		r->state = SPAWN_DONE;
+		queued = true;
 	}
 	pthread_mutex_unlock(&spawn.lock);
+	if (!queued)
+		return;
+	snprintf(r->reason, sizeof(r->reason), "cancelled before it started");
+	exec_req_strip(r);
+	/* The caller holds the receiver (see exec.h); if not, r is ours. */
+	if (rok_oneshot_send(r->done, r) < 0)
+		exec_req_free(r, false);
 }
 
-/* ---- the spawner threads --------------------------------------------------- */
+/* ---- the spawner threads ------------------------------------------------ */
 
 void exec_spawn_submit(struct exec_req *r)
 {
@@ -492,8 +619,8 @@ void exec_req_free(struct exec_req *r, bool kill_child)
 }
 
 /* Lock held: the first queued request whose user does not hold
- * SPAWN_PER_UID spawners already (a request given up on is answered at
- * once, whoever it is for), taken off the queue; or NULL. */
+ * SPAWN_PER_UID spawners already, taken off the queue; or NULL.  (A
+ * request given up on is not queued: exec_spawn_kill answered it.) */
 static struct exec_req *exec_spawn_take_locked(void)
 {
 	struct exec_req *prev = NULL;
@@ -502,7 +629,7 @@ static struct exec_req *exec_spawn_take_locked(void)
 		unsigned n = 0;
 		for (unsigned i = 0; i < spawn.threads; i++)
 			n += spawn.busy[i] && spawn.busy_uid[i] == r->owner;
-		if (n >= SPAWN_PER_UID && !r->kill)
+		if (n >= SPAWN_PER_UID)
 			continue;
 		if (prev != NULL)
 			prev->next = r->next;
@@ -577,16 +704,9 @@ static void *exec_spawner_main(void *arg)
 		spawn.busy[me] = true;
 		spawn.busy_uid[me] = r->owner;
 		r->state = SPAWN_STARTING;
-		bool given_up = r->kill != 0;
 		exec_spawn_grow_locked();
 		pthread_mutex_unlock(&spawn.lock);
-		if (given_up) {
-			snprintf(r->reason, sizeof(r->reason), "cancelled "
-			         "before it started");
-			exec_req_strip(r);
-		} else {
-			exec_spawner_run(r, stack);
-		}
+		exec_spawner_run(r, stack);
 		/* The task gone (cancelled meanwhile): its child dies here. */
 		if (rok_oneshot_send(r->done, r) < 0)
 			exec_req_free(r, true);

@@ -66,8 +66,6 @@
 #include "rok/io.h"
 #include "rokd.h"
 
-#define EXEC_DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin"
-
 enum { EXEC_RUN, EXEC_TERM, EXEC_KILL };
 
 struct exec_job {
@@ -126,85 +124,14 @@ int exec_init(void)
 	return exec_spawn_init();
 }
 
-/* ---- spec check and copy (reactor thread) -------------------------------- */
-
-static bool exec_has_nul(const ProtobufCBinaryData *b)
-{
-	return b->len > 0 && memchr(b->data, 0, b->len) != NULL;
-}
-
-static int exec_check(const TaskSpec *spec, char *err, size_t len)
-{
-	if (spec->n_args == 0 || spec->args[0].len == 0) {
-		snprintf(err, len, "exec: a command is required");
-		return -1;
-	}
-	for (size_t i = 0; i < spec->n_args; i++) {
-		if (exec_has_nul(&spec->args[i])) {
-			snprintf(err, len, "exec: argument %zu contains a NUL "
-			         "byte", i);
-			return -1;
-		}
-	}
-	for (size_t i = 0; i < spec->n_env; i++) {
-		const ProtobufCBinaryData *e = &spec->env[i];
-		if (exec_has_nul(e) || e->len == 0 || e->data[0] == '=' ||
-		    memchr(e->data, '=', e->len) == NULL) {
-			snprintf(err, len, "exec: environment entry %zu is not "
-			         "NAME=value", i);
-			return -1;
-		}
-	}
-	if (spec->cwd.len > 0 &&
-	    (exec_has_nul(&spec->cwd) || spec->cwd.data[0] != '/')) {
-		snprintf(err, len, "exec: the working directory must be an "
-		         "absolute path");
-		return -1;
-	}
-	return 0;
-}
-
-static char *exec_strndup(const ProtobufCBinaryData *b)
-{
-	char *s = malloc(b->len + 1);
-
-	if (s != NULL) {
-		if (b->len > 0)
-			memcpy(s, b->data, b->len);
-		s[b->len] = '\0';
-	}
-	return s;
-}
-
-/* n strings, NULL-terminated, each its own allocation: NULL on ENOMEM. */
-static char **exec_strv(const ProtobufCBinaryData *v, size_t n)
-{
-	char **a = calloc(n + 1, sizeof(*a));
-
-	for (size_t i = 0; a != NULL && i < n; i++) {
-		if ((a[i] = exec_strndup(&v[i])) == NULL) {
-			while (i-- > 0)
-				free(a[i]);
-			free(a);
-			return NULL;
-		}
-	}
-	return a;
-}
-
-static void exec_strv_free(char **a)
-{
-	for (size_t i = 0; a != NULL && a[i] != NULL; i++)
-		free(a[i]);
-	free(a);
-}
+/* ---- the job (reactor thread) -------------------------------------------- */
 
 static void exec_job_free(struct exec_job *j)
 {
 	if (j == NULL)
 		return;
-	exec_strv_free(j->argv);
-	exec_strv_free(j->env);
+	exec_args_strv_free(j->argv);
+	exec_args_strv_free(j->env);
 	free(j->cwd);
 	free(j->in);
 	free(j);
@@ -224,12 +151,12 @@ static void exec_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 	j->pidfd = j->infd = -1;
 	j->cg.dir = j->cg.procs = -1;
 	j->outfd[0] = j->outfd[1] = -1;
-	j->argv = exec_strv(spec->args, spec->n_args);
-	j->env = exec_strv(spec->env, spec->n_env);
+	j->argv = exec_args_strv(spec->args, spec->n_args);
+	j->env = exec_args_strv(spec->env, spec->n_env);
 	j->nenv = spec->n_env;
 	j->clean_env = spec->clean_env;
 	if (spec->cwd.len > 0)
-		j->cwd = exec_strndup(&spec->cwd);
+		j->cwd = exec_args_strndup(&spec->cwd);
 	if (spec->stdin.len > 0 && (j->in = malloc(spec->stdin.len)) != NULL) {
 		memcpy(j->in, spec->stdin.data, spec->stdin.len);
 		j->in_len = spec->stdin.len;
@@ -250,94 +177,6 @@ static void exec_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 }
 
 /* ---- starting the child (worker) ----------------------------------------- */
-
-/* Finds NAME= in a NULL-terminated env: the value, or NULL. */
-static const char *exec_getenv(char *const *env, const char *name)
-{
-	size_t n = strlen(name);
-
-	for (size_t i = 0; env[i] != NULL; i++)
-		if (strncmp(env[i], name, n) == 0 && env[i][n] == '=')
-			return env[i] + n + 1;
-	return NULL;
-}
-
-/*
- * --clean-env: PATH, HOME, USER, LOGNAME, SHELL of the user the child runs
- * as, then the spec's entries (which win).  Builds a new env into j->env.
- */
-static int exec_clean_env(struct exec_job *j, const struct exec_user *u)
-{
-	size_t n = j->nenv + 5, k = 0;
-	char **env = calloc(n + 1, sizeof(*env));
-
-	if (env == NULL)
-		return -ENOMEM;
-	const char *const base[][2] = {
-		{ "PATH", EXEC_DEFAULT_PATH },
-		{ "HOME", u != NULL ? u->home : NULL },
-		{ "USER", u != NULL ? u->name : NULL },
-		{ "LOGNAME", u != NULL ? u->name : NULL },
-		{ "SHELL", u != NULL ? u->shell : NULL },
-	};
-	for (size_t i = 0; i < 5; i++) {
-		if (base[i][1] == NULL || exec_getenv(j->env, base[i][0]) != NULL)
-			continue;
-		size_t len = strlen(base[i][0]) + strlen(base[i][1]) + 2;
-		if ((env[k] = malloc(len)) == NULL) {
-			exec_strv_free(env);
-			return -ENOMEM;
-		}
-		snprintf(env[k++], len, "%s=%s", base[i][0], base[i][1]);
-	}
-	for (size_t i = 0; i < j->nenv; i++) {
-		env[k++] = j->env[i];
-		j->env[i] = NULL;
-	}
-	free(j->env);
-	j->env = env;
-	j->nenv = k;
-	return 0;
-}
-
-/* The candidates execve tries for argv[0], NULL-terminated, in one
- * allocation (free() it). */
-static char **exec_paths(const char *prog, const char *path)
-{
-	if (strchr(prog, '/') != NULL)
-		path = NULL;
-	size_t n = 1, bytes = strlen(prog) + 1;
-	if (path != NULL) {
-		n = 1;
-		for (const char *p = path; *p != '\0'; p++)
-			n += *p == ':';
-		bytes = strlen(path) + n * (strlen(prog) + 3);
-	}
-	char **v = malloc((n + 1) * sizeof(*v) + bytes);
-	if (v == NULL)
-		return NULL;
-	char *s = (char *)(v + n + 1);
-	if (path == NULL) {
-		v[0] = strcpy(s, prog);
-		v[1] = NULL;
-		return v;
-	}
-	size_t k = 0;
-	for (const char *p = path;; ) {
-		const char *e = strchrnul(p, ':');
-		size_t dl = (size_t)(e - p);
-		v[k++] = s;
-		if (dl == 0)   /* an empty element is the current directory */
-			s += sprintf(s, "%s", prog) + 1;
-		else
-			s += sprintf(s, "%.*s/%s", (int)dl, p, prog) + 1;
-		if (*e == '\0')
-			break;
-		p = e + 1;
-	}
-	v[k] = NULL;
-	return v;
-}
 
 /* Our end non-blocking, the child's blocking; both close-on-exec. */
 static int exec_pipe(int fds[2], int ours)
@@ -407,13 +246,14 @@ static int exec_start(struct exec_job *j)
 		}
 	}
 	if (j->clean_env &&
-	    exec_clean_env(j, r->user.name != NULL ? &r->user : NULL) < 0) {
+	    exec_args_clean_env(&j->env, &j->nenv,
+	                        r->user.name != NULL ? &r->user : NULL) < 0) {
 		exec_fail(j, "out of memory");
 		goto fail;
 	}
-	const char *path = exec_getenv(j->env, "PATH");
-	if ((r->paths = exec_paths(j->argv[0], path != NULL ? path
-	                                       : EXEC_DEFAULT_PATH)) == NULL) {
+	const char *path = exec_args_getenv(j->env, "PATH");
+	if ((r->paths = exec_args_paths(j->argv[0], path != NULL ? path
+	                                : EXEC_DEFAULT_PATH)) == NULL) {
 		exec_fail(j, "out of memory");
 		goto fail;
 	}
@@ -613,19 +453,21 @@ static void exec_release(rok_cx *cx, struct exec_job *j)
 	j->woken = true;
 }
 
+#define EXEC_READ_BYTES 32768
+
 /*
  * Reads what a pipe holds: until it would block, or its end, or `budget`
  * reads (then j->more: a child that writes without pause must not keep the
  * worker from other tasks; the next exec_wait yields first).  The
  * readiness edge was consumed, so the pipe must be read again without
- * awaiting it.  budget 0: no limit (the last reads, the child reaped).
+ * awaiting it.
  */
 static void exec_drain(rok_cx *cx, struct exec_job *j, int i, int budget)
 {
-	uint8_t buf[32768];
+	uint8_t buf[EXEC_READ_BYTES];
 
 	for (int reads = 0; j->outfd[i] >= 0; reads++) {
-		if (budget > 0 && reads == budget) {
+		if (reads == budget) {
 			j->more = true;
 			return;
 		}
@@ -718,7 +560,7 @@ static void exec_kill_now(struct exec_job *j)
 	int err = exec_kill_reap(j->pid, j->pidfd, &j->si);
 	if (err < 0) {
 		log_errno(err, "task %llu: pid %d did not end after SIGKILL; it "
-		          "is left unreaped", (unsigned long long)j->id,
+		          "is reaped once it does", (unsigned long long)j->id,
 		          (int)j->pid);
 		memset(&j->si, 0, sizeof(j->si));
 		j->si.si_code = CLD_KILLED;
@@ -731,6 +573,19 @@ static void exec_kill_now(struct exec_job *j)
 
 /* Up to this many reads of 32 KiB per pipe per poll. */
 #define EXEC_DRAIN_BUDGET 8
+
+/* The last drain, the group dead: the reads that empty pipe i if no one
+ * writes to it any more, which is the case unless a process left the
+ * group (and there is no cgroup): that one, writing on, must not hold the
+ * worker for as long as it writes.  What it writes past that is dropped. */
+static int exec_drain_last(struct exec_job *j, int i)
+{
+	int size = j->outfd[i] >= 0 ? fcntl(j->outfd[i], F_GETPIPE_SZ) : 0;
+
+	if (size <= 0)
+		size = 1 << 20;   /* pipe-max-size's default */
+	return size / EXEC_READ_BYTES + 2;
+}
 
 static rok_poll exec_poll(rok_cx *cx, void *frame)
 {
@@ -783,8 +638,8 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 		}
 	}
 	/* The group is dead: what is left in the pipes is all there is. */
-	exec_drain(cx, j, 0, 0);
-	exec_drain(cx, j, 1, 0);
+	exec_drain(cx, j, 0, exec_drain_last(j, 0));
+	exec_drain(cx, j, 1, exec_drain_last(j, 1));
 	exec_release(cx, j);
 	ROK_CLEANUP(cx);
 	if (j != NULL) {
@@ -867,7 +722,7 @@ static void exec_finish(void *frame, int how, struct rt_outcome *o)
 
 const struct kind kind_exec = {
 	.name = "exec",
-	.check = exec_check,
+	.check = exec_args_check,
 	.poll = exec_poll,
 	.frame_size = sizeof(struct exec_frame),
 	.init = exec_init_frame,

@@ -1,10 +1,11 @@
 /*
  * exec.h — the private interface between the files of the exec kind:
- * exec.c (the kind: spec check, the supervising task, the outcome),
- * exec-spawn.c (starting the child), exec-user.c (who it runs as),
- * exec-output.c (the capture file) and exec-orphans.c (what a run left
- * behind when rokd died).  Threads: everything here runs on the worker that polls
- * the exec task, except where said.
+ * exec.c (the kind: the supervising task, the outcome), exec-args.c (the
+ * spec's check, its strings, the environment and PATH), exec-spawn.c
+ * (starting the child), exec-user.c (who it runs as), exec-output.c (the
+ * capture file), exec-cgroup.c (a cgroup per task) and exec-orphans.c
+ * (what a run left behind when rokd died).  Threads: everything here runs
+ * on the worker that polls the exec task, except where said.
  */
 #ifndef ROKD_EXEC_H
 #define ROKD_EXEC_H
@@ -15,7 +16,36 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "rok.pb-c.h"
 #include "rok/rok.h"
+
+/* ---- exec-args.c ------------------------------------------------------ */
+
+#define EXEC_DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin"
+
+struct exec_user;
+
+/* The kind's check hook: 0, or -1 with a message in err. */
+int exec_args_check(const Rok__V1__TaskSpec *spec, char *err, size_t len);
+/* A copy of b, NUL-terminated (b holds no NUL: exec_args_check); NULL on
+ * ENOMEM.  Free it. */
+char *exec_args_strndup(const ProtobufCBinaryData *b);
+/* n copies, NULL-terminated, each its own allocation: NULL on ENOMEM.
+ * exec_args_strv_free frees it (NULL-safe). */
+char **exec_args_strv(const ProtobufCBinaryData *v, size_t n);
+void exec_args_strv_free(char **a);
+/* Finds NAME= in a NULL-terminated env: the value (borrowed), or NULL. */
+const char *exec_args_getenv(char *const *env, const char *name);
+/*
+ * --clean-env: PATH, HOME, USER, LOGNAME, SHELL of u (NULL: PATH alone),
+ * then the *nenv entries of *envp, which win.  Replaces *envp (its strings
+ * move) and *nenv: 0 or -ENOMEM (then unchanged).
+ */
+int exec_args_clean_env(char ***envp, size_t *nenv, const struct exec_user *u);
+/* The candidates execve tries for prog along `path` (none when prog has
+ * a slash), NULL-terminated, in one allocation (free() it); NULL on
+ * ENOMEM. */
+char **exec_args_paths(const char *prog, const char *path);
 
 /* ---- exec-user.c ------------------------------------------------------ */
 
@@ -94,8 +124,9 @@ void exec_spawn_submit(struct exec_req *r);
 /*
  * The task gives up on r's start (timeout, cancel): a child not yet up
  * never starts, one on its way (stuck in chdir or execve, say) gets
- * SIGKILL.  r is still answered through r->done.  Any thread, while r is
- * the spawner's or in the oneshot (before the receiver is dropped).
+ * SIGKILL.  r is still answered through r->done: at once, from this call,
+ * if it was still queued.  Any thread, while r is the spawner's or in the
+ * oneshot (before the receiver is dropped).
  */
 void exec_spawn_kill(struct exec_req *r);
 /* Frees a request the exec task received: kills (SIGKILL) and reaps a
@@ -104,9 +135,10 @@ void exec_req_free(struct exec_req *r, bool kill_child);
 /*
  * Sends SIGKILL to pid through its pidfd and to its process group, and
  * reaps it (into *si), waiting for it to be gone for a bounded time: 0, or
- * -ETIMEDOUT (then it is left unreaped), or -errno.  pid must be an
- * unreaped child of rokd's, so that its group id is still its own.  Any
- * thread; may block up to a few seconds for a process that does not die.
+ * -ETIMEDOUT (then a thread of its own reaps it once it ends), or -errno.
+ * pid must be an unreaped child of rokd's, so that its group id is still
+ * its own.  Any thread; may block up to a few seconds for a process that
+ * does not die.
  */
 int exec_kill_reap(pid_t pid, int pidfd, siginfo_t *si);
 

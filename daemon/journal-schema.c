@@ -11,7 +11,7 @@
  *     another program;
  *   - PRAGMA quick_check must say "ok";
  *   - PRAGMA user_version above JOURNAL_SCHEMA_VERSION was written by a
- *     newer rokd, whose format we cannot know;
+ *     newer rokd, whose format we cannot know; below 0 by no rokd;
  *   - the file and its directory must be writable (sqlite opens a read-only
  *     file read-only without an error, and WAL needs the directory).
  * Then the migration steps from user_version up to JOURNAL_SCHEMA_VERSION
@@ -150,6 +150,12 @@ static int journal_schema_check(sqlite3 *db, const char *path, char *err,
 		         "(application_id 0x%08llx, %lld tables), not a rok "
 		         "journal; refusing to touch it", path,
 		         (unsigned long long)(uint32_t)app, (long long)tables);
+		return -1;
+	}
+	if (ver < 0) {   /* it indexes the migration steps */
+		snprintf(err, len, "%s has journal schema version %lld, which "
+		         "no rokd writes (corrupt?); refusing to start, the "
+		         "file is left as it is", path, (long long)ver);
 		return -1;
 	}
 	if (ver > JOURNAL_SCHEMA_VERSION) {

@@ -186,6 +186,18 @@ START_TEST(schema_refuses_unchanged)
 	ck_assert_ptr_nonnull(strstr(err, "newer than this rokd"));
 	ck_assert_uint_eq(jread_file(after, sizeof(after)), n);
 	ck_assert_int_eq(memcmp(before, after, n), 0);
+
+	/* A negative version, which no rokd writes (it once indexed the
+	 * migration steps with it: found by tests/fuzz/fuzz_journal.c). */
+	ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_exec(db, "PRAGMA user_version = -1", NULL,
+	                              NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	n = jread_file(before, sizeof(before));
+	ck_assert_int_eq(jopen(err, sizeof(err)), -1);
+	ck_assert_ptr_nonnull(strstr(err, "no rokd writes"));
+	ck_assert_uint_eq(jread_file(after, sizeof(after)), n);
+	ck_assert_int_eq(memcmp(before, after, n), 0);
 	jcleanup();
 }
 END_TEST

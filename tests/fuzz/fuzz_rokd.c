@@ -9,10 +9,21 @@
  * connection, so every request the input held was decoded and answered.
  * Whatever the bytes, the daemon must not crash, hang or leak.
  *
- * Built and run by scripts/fuzz (clang -fsanitize=fuzzer,address,undefined).
+ * The tasks an input spawns run within it: when the replies pause (a join
+ * or a `logs -f` waiting for a long sleep) and again at the end, the
+ * harness lets every task take its first poll, where a sleep files its
+ * timer, and then cancels what is left (fuzz_tasks_settle), which also
+ * ends those waits.  A 1440h sleep is thus polled by the input that
+ * spawned it, not left queued for a later one or never run at all.  Exec
+ * tasks fail at once: exec_init is not called, so no fuzzed command runs.
+ *
+ * Built and run by scripts/fuzz (clang -fsanitize=fuzzer,address,undefined)
+ * with the dictionary rokd.dict and the seeds gen_corpus.c writes.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fuzz_tasks.h"
 #include "journal.h"
 #include "reactor.h"
 #include "rokd.h"
@@ -75,17 +87,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
-static void fuzz_write_all(int fd, const uint8_t *p, size_t n)
+/* Writes what it can of [*p, *p + *n) without blocking: false once the
+ * daemon closed the connection (fine: it may refuse what it read). */
+static bool fuzz_write_some(int fd, const uint8_t **p, size_t *n)
 {
-	while (n > 0) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return;   /* the daemon closed the connection: fine */
-		p += w;
-		n -= (size_t)w;
-	}
+	ssize_t w = send(fd, *p, *n, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+	if (w < 0)
+		return errno == EINTR || errno == EAGAIN;
+	*p += w;
+	*n -= (size_t)w;
+	return true;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -102,12 +114,50 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (fl < 0 || fcntl(sv[0], F_SETFL, fl | O_NONBLOCK) < 0 ||
 	    reactor_call(fuzz_accept_cb, (void *)(intptr_t)sv[0]) < 0)
 		abort();
-	fuzz_write_all(sv[1], hello, sizeof(hello));
-	fuzz_write_all(sv[1], data, size);
-	shutdown(sv[1], SHUT_WR);
-	/* Replies until the daemon closes its end. */
-	while (read(sv[1], buf, sizeof(buf)) > 0)
-		;
+	/* The hello goes first, whole: the buffer is empty. */
+	if (send(sv[1], hello, sizeof(hello), MSG_NOSIGNAL) !=
+	    (ssize_t)sizeof(hello))
+		abort();
+	/*
+	 * The input and the replies at once (a large input would block on
+	 * a daemon that waits for its replies to be read), then the end of
+	 * the stream, then replies until the daemon closes its end.  A pause
+	 * of 20 ms means what is left waits for tasks to end: run them,
+	 * then cancel them.
+	 */
+	const uint8_t *p = data;
+	size_t left = size;
+	bool writing = true;
+	for (;;) {
+		if (writing && left == 0) {
+			shutdown(sv[1], SHUT_WR);
+			writing = false;
+		}
+		struct pollfd pfd = {
+			.fd = sv[1],
+			.events = POLLIN | (writing ? POLLOUT : 0),
+		};
+		int n = poll(&pfd, 1, 20);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			abort();
+		if (n == 0) {
+			fuzz_tasks_settle();
+			continue;
+		}
+		if (writing && (pfd.revents & POLLOUT) &&
+		    !fuzz_write_some(sv[1], &p, &left))
+			left = 0;   /* closed by the daemon: read what it sent */
+		if (pfd.revents & (POLLIN | POLLHUP | POLLERR)) {
+			ssize_t r = read(sv[1], buf, sizeof(buf));
+			if (r < 0 && (errno == EINTR || errno == EAGAIN))
+				continue;
+			if (r <= 0)
+				break;
+		}
+	}
 	close(sv[1]);
+	fuzz_tasks_settle();
 	return 0;
 }

@@ -207,18 +207,25 @@ static bool rc_closed(int fd)
 	return read(fd, &b, 1) == 0;
 }
 
-static int rc_hello(void)
+/* Sends a version-1 hello as request 1. */
+static void rc_send_hello(int fd)
 {
-	int fd = rc_connect();
 	Request req = ROK__V1__REQUEST__INIT;
 	Rok__V1__Hello h = ROK__V1__HELLO__INIT;
 
-	ck_assert_int_ge(fd, 0);
 	h.protocol_version = 1;
 	req.id = 1;
 	req.body_case = ROK__V1__REQUEST__BODY_HELLO;
 	req.hello = &h;
 	rc_send(fd, &req);
+}
+
+static int rc_hello(void)
+{
+	int fd = rc_connect();
+
+	ck_assert_int_ge(fd, 0);
+	rc_send_hello(fd);
 	Response *r = rc_recv(fd);
 	ck_assert_ptr_nonnull(r);
 	ck_assert_ptr_null(r->error);
@@ -1090,19 +1097,14 @@ START_TEST(permissions_root_daemon)
 		int c = rc_connect();
 		if (c < 0)
 			_exit(11);
-		Request req = ROK__V1__REQUEST__INIT;
-		Rok__V1__Hello h = ROK__V1__HELLO__INIT;
-		h.protocol_version = 1;
-		req.id = 1;
-		req.body_case = ROK__V1__REQUEST__BODY_HELLO;
-		req.hello = &h;
-		rc_send(c, &req);
+		rc_send_hello(c);
 		Response *r = rc_recv(c);
 		if (r == NULL || r->hello == NULL || r->hello->uid != 65534)
 			_exit(12);
 		if (rc_state(c, mine) !=
 		    -(int)ROK__V1__ERROR_CODE__PERMISSION_DENIED)
 			_exit(13);
+		Request req = ROK__V1__REQUEST__INIT;
 		Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
 		cr.ids = &mine;
 		cr.n_ids = 1;
@@ -1407,13 +1409,7 @@ START_TEST(per_user_caps)
 	/* The fifth connection is told why at its hello, then closed. */
 	int extra = rc_connect();
 	ck_assert_int_ge(extra, 0);
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__Hello h = ROK__V1__HELLO__INIT;
-	h.protocol_version = 1;
-	req.id = 1;
-	req.body_case = ROK__V1__REQUEST__BODY_HELLO;
-	req.hello = &h;
-	rc_send(extra, &req);
+	rc_send_hello(extra);
 	rc_expect_cap(extra, 1, "max_connections_per_user");
 	ck_assert(rc_closed(extra));
 	close(extra);
@@ -1439,7 +1435,7 @@ START_TEST(per_user_caps)
 			int c = rc_connect();
 			if (c < 0)
 				_exit(11);
-			rc_send(c, &req);
+			rc_send_hello(c);
 			Response *r = rc_recv(c);
 			if (r == NULL || r->error != NULL)
 				_exit(12);
@@ -1450,6 +1446,7 @@ START_TEST(per_user_caps)
 			uint64_t own = r->spawn->id;
 			rc_logs_req(c, 3, own, true);
 			rc_join_req(c, 4, &own);
+			Request req = ROK__V1__REQUEST__INIT;
 			Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
 			cr.ids = &own;
 			cr.n_ids = 1;
@@ -1479,10 +1476,7 @@ START_TEST(per_user_caps)
 	for (int i = 0; i < 1000 && again < 0; i++) {
 		int fd = rc_connect();
 		ck_assert_int_ge(fd, 0);
-		req.id = 1;
-		req.body_case = ROK__V1__REQUEST__BODY_HELLO;
-		req.hello = &h;
-		rc_send(fd, &req);
+		rc_send_hello(fd);
 		Response *r = rc_recv(fd);
 		if (r != NULL && r->error == NULL)
 			again = fd;

@@ -294,6 +294,20 @@ static Response *rc_join(int fd, uint64_t *ids, size_t n, uint64_t timeout_ms)
 	return rc_recv(fd);
 }
 
+/* Sends request req_id cancelling the n tasks in ids. */
+static void rc_cancel_req(int fd, uint64_t req_id, uint64_t *ids, size_t n)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
+
+	cr.ids = ids;
+	cr.n_ids = n;
+	req.id = req_id;
+	req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
+	req.cancel = &cr;
+	rc_send(fd, &req);
+}
+
 static void rc_ping_ok(int fd)
 {
 	Request req = ROK__V1__REQUEST__INIT;
@@ -362,15 +376,8 @@ START_TEST(timeouts_and_cancel)
 	rok__v1__response__free_unpacked(r, NULL);
 
 	/* cancel a sleeping task: it ends cancelled */
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
 	uint64_t both[2] = { id, 999999 };
-	cr.ids = both;
-	cr.n_ids = 2;
-	req.id = 5;
-	req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
-	req.cancel = &cr;
-	rc_send(fd, &req);
+	rc_cancel_req(fd, 5, both, 2);
 	r = rc_recv(fd);
 	ck_assert_uint_eq(r->cancel->n_results, 2);
 	ck_assert_int_eq(r->cancel->results[0]->code, ROK__V1__ERROR_CODE__OK);
@@ -640,15 +647,7 @@ static void rc_spawn_spec(int fd, Rok__V1__TaskSpec *spec, bool wait,
 
 static void rc_cancel_ok(int fd, uint64_t id)
 {
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
-
-	cr.ids = &id;
-	cr.n_ids = 1;
-	req.id = 43;
-	req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
-	req.cancel = &cr;
-	rc_send(fd, &req);
+	rc_cancel_req(fd, 43, &id, 1);
 	Response *r = rc_recv(fd);
 	ck_assert_ptr_nonnull(r);
 	ck_assert_ptr_nonnull(r->cancel);
@@ -1104,19 +1103,13 @@ START_TEST(permissions_root_daemon)
 		if (rc_state(c, mine) !=
 		    -(int)ROK__V1__ERROR_CODE__PERMISSION_DENIED)
 			_exit(13);
-		Request req = ROK__V1__REQUEST__INIT;
-		Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
-		cr.ids = &mine;
-		cr.n_ids = 1;
-		req.id = 2;
-		req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
-		req.cancel = &cr;
-		rc_send(c, &req);
+		rc_cancel_req(c, 2, &mine, 1);
 		r = rc_recv(c);
 		if (r->cancel->results[0]->code !=
 		    ROK__V1__ERROR_CODE__PERMISSION_DENIED)
 			_exit(14);
 		/* Nor its output (the check fails closed). */
+		Request req = ROK__V1__REQUEST__INIT;
 		Rok__V1__LogsRequest lg = ROK__V1__LOGS_REQUEST__INIT;
 		lg.task_id = mine;
 		req.id = 4;
@@ -1446,14 +1439,7 @@ START_TEST(per_user_caps)
 			uint64_t own = r->spawn->id;
 			rc_logs_req(c, 3, own, true);
 			rc_join_req(c, 4, &own);
-			Request req = ROK__V1__REQUEST__INIT;
-			Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
-			cr.ids = &own;
-			cr.n_ids = 1;
-			req.id = 5;
-			req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
-			req.cancel = &cr;
-			rc_send(c, &req);
+			rc_cancel_req(c, 5, &own, 1);
 			/* The cancel's reply, the stream's end, the join's
 			 * reply: in any order, none an error. */
 			for (int i = 0; i < 3; i++) {
@@ -1596,13 +1582,7 @@ START_TEST(race_duplicates)
 	ck_assert_uint_eq(r->race->winner->id, other);
 	rok__v1__response__free_unpacked(r, NULL);
 	/* The cancel's reply and the races' come in any order. */
-	Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
-	cr.ids = &task;
-	cr.n_ids = 1;
-	req.id = 99999;
-	req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
-	req.cancel = &cr;
-	rc_send(fd, &req);
+	rc_cancel_req(fd, 99999, &task, 1);
 	for (int i = 0; i < RACES + 1; i++) {
 		r = rc_recv(fd);
 		ck_assert_ptr_nonnull(r);

@@ -294,6 +294,20 @@ static Response *rc_join(int fd, uint64_t *ids, size_t n, uint64_t timeout_ms)
 	return rc_recv(fd);
 }
 
+/* Sends a join of one task as request req_id (its reply comes later). */
+static void rc_join_req(int fd, uint64_t req_id, uint64_t *id)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
+
+	j.ids = id;
+	j.n_ids = 1;
+	req.id = req_id;
+	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
+	req.join = &j;
+	rc_send(fd, &req);
+}
+
 /* Sends request req_id cancelling the n tasks in ids. */
 static void rc_cancel_req(int fd, uint64_t req_id, uint64_t *ids, size_t n)
 {
@@ -514,14 +528,7 @@ START_TEST(waits_begun_before_commit)
 
 	rc_select_echo_wins(fd);
 	uint64_t id = rc_spawn(fd, "sleep", "300ms");
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
-	j.ids = &id;
-	j.n_ids = 1;
-	req.id = 9;
-	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
-	req.join = &j;
-	rc_send(fd, &req);                       /* takes the slot */
+	rc_join_req(fd, 9, &id);                 /* takes the slot */
 	/* spawn --wait-timeout 10s: its wait would come from a waiter */
 	Request sreq = ROK__V1__REQUEST__INIT;
 	Rok__V1__SpawnRequest sp = ROK__V1__SPAWN_REQUEST__INIT;
@@ -1048,15 +1055,7 @@ START_TEST(sigterm_answers_in_flight)
 	rokd_start(NULL);
 	int fd = rc_hello();
 	uint64_t id = rc_spawn(fd, "sleep", "1h");
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
-
-	j.ids = &id;
-	j.n_ids = 1;
-	req.id = 77;
-	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
-	req.join = &j;
-	rc_send(fd, &req);
+	rc_join_req(fd, 77, &id);
 	rc_ping_ok(fd);   /* the join is in flight */
 	ck_assert_int_eq(kill(rokd_pid, SIGTERM), 0);
 	Response *r = rc_recv(fd);
@@ -1353,20 +1352,6 @@ START_TEST(logs_slow_reader)
 	rokd_stop();
 }
 END_TEST
-
-/* Sends a join of one task as request req_id (its reply comes later). */
-static void rc_join_req(int fd, uint64_t req_id, uint64_t *id)
-{
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
-
-	j.ids = id;
-	j.n_ids = 1;
-	req.id = req_id;
-	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
-	req.join = &j;
-	rc_send(fd, &req);
-}
 
 /* The next reply must be RESOURCE_EXHAUSTED for req_id naming `key`. */
 static void rc_expect_cap(int fd, uint64_t req_id, const char *key)

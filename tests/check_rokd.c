@@ -308,6 +308,19 @@ static void rc_join_req(int fd, uint64_t req_id, uint64_t *id)
 	rc_send(fd, &req);
 }
 
+static void rc_logs_req(int fd, uint64_t req_id, uint64_t task, bool follow)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__LogsRequest l = ROK__V1__LOGS_REQUEST__INIT;
+
+	l.task_id = task;
+	l.follow = follow;
+	req.id = req_id;
+	req.body_case = ROK__V1__REQUEST__BODY_LOGS;
+	req.logs = &l;
+	rc_send(fd, &req);
+}
+
 /* Sends request req_id cancelling the n tasks in ids. */
 static void rc_cancel_req(int fd, uint64_t req_id, uint64_t *ids, size_t n)
 {
@@ -1108,18 +1121,13 @@ START_TEST(permissions_root_daemon)
 		    ROK__V1__ERROR_CODE__PERMISSION_DENIED)
 			_exit(14);
 		/* Nor its output (the check fails closed). */
-		Request req = ROK__V1__REQUEST__INIT;
-		Rok__V1__LogsRequest lg = ROK__V1__LOGS_REQUEST__INIT;
-		lg.task_id = mine;
-		req.id = 4;
-		req.body_case = ROK__V1__REQUEST__BODY_LOGS;
-		req.logs = &lg;
-		rc_send(c, &req);
+		rc_logs_req(c, 4, mine, false);
 		r = rc_recv(c);
 		if (r == NULL || r->error == NULL || r->error->code !=
 		    ROK__V1__ERROR_CODE__PERMISSION_DENIED)
 			_exit(16);
 		uint64_t own = rc_spawn(c, "noop", NULL);
+		Request req = ROK__V1__REQUEST__INIT;
 		Rok__V1__ListRequest l = ROK__V1__LIST_REQUEST__INIT;
 		req.id = 3;
 		req.body_case = ROK__V1__REQUEST__BODY_LIST;
@@ -1201,19 +1209,6 @@ static uint64_t rc_spawn_sh(int fd, const char *script)
 	uint64_t id = r->spawn->id;
 	rok__v1__response__free_unpacked(r, NULL);
 	return id;
-}
-
-static void rc_logs_req(int fd, uint64_t req_id, uint64_t task, bool follow)
-{
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__LogsRequest l = ROK__V1__LOGS_REQUEST__INIT;
-
-	l.task_id = task;
-	l.follow = follow;
-	req.id = req_id;
-	req.body_case = ROK__V1__REQUEST__BODY_LOGS;
-	req.logs = &l;
-	rc_send(fd, &req);
 }
 
 /* Reads a logs stream to its end: the bytes of each stream in out[1],

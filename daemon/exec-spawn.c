@@ -513,22 +513,30 @@ static void exec_kill_reap_close(pid_t pid, int pidfd, const char *who)
 
 static void exec_req_strip(struct exec_req *r);
 
+/* Lock held: takes r off the queue, prev being the request before it (NULL
+ * if r is the head). */
+static void exec_spawn_unlink_after_locked(struct exec_req *prev,
+                                           struct exec_req *r)
+{
+	if (prev != NULL)
+		prev->next = r->next;
+	else
+		spawn.head = r->next;
+	if (spawn.tail == r)
+		spawn.tail = prev;
+	r->next = NULL;
+}
+
 /* Lock held: takes r, queued, off the queue. */
 static void exec_spawn_unlink_locked(struct exec_req *r)
 {
 	struct exec_req *prev = NULL;
 
 	for (struct exec_req *q = spawn.head; q != NULL; prev = q, q = q->next) {
-		if (q != r)
-			continue;
-		if (prev != NULL)
-			prev->next = r->next;
-		else
-			spawn.head = r->next;
-		if (spawn.tail == r)
-			spawn.tail = prev;
-		r->next = NULL;
-		return;
+		if (q == r) {
+			exec_spawn_unlink_after_locked(prev, r);
+			return;
+		}
 	}
 }
 
@@ -631,13 +639,7 @@ static struct exec_req *exec_spawn_take_locked(void)
 			n += spawn.busy[i] && spawn.busy_uid[i] == r->owner;
 		if (n >= SPAWN_PER_UID)
 			continue;
-		if (prev != NULL)
-			prev->next = r->next;
-		else
-			spawn.head = r->next;
-		if (spawn.tail == r)
-			spawn.tail = prev;
-		r->next = NULL;
+		exec_spawn_unlink_after_locked(prev, r);
 		return r;
 	}
 	return NULL;

@@ -313,6 +313,15 @@ static rok_task *worker_next(struct worker *w)
 	return worker_take_remote(w);
 }
 
+/* Victim v of worker_steal_from_pool: pool worker v, or helper v - pool
+ * (v < pool + nhelpers, read by the caller). */
+static struct worker *worker_victim(unsigned pool, unsigned v)
+{
+	return v < pool ? atomic_load_explicit(&executor.workers[v],
+	                                       memory_order_relaxed)
+	                : executor.helpers[v - pool];
+}
+
 /*
  * Takes half the deque (at most WORKER_STEAL_MAX) of the first non-empty
  * victim, starting at a random one; keeps all but the first task in its own
@@ -328,11 +337,7 @@ static rok_task *worker_steal_from_pool(struct worker *w)
 	unsigned start = worker_rand(w) % n;
 
 	for (unsigned i = 0; i < n; i++) {
-		unsigned v = (start + i) % n;
-		struct worker *victim = v < pool
-		        ? atomic_load_explicit(&executor.workers[v],
-		                               memory_order_relaxed)
-		        : executor.helpers[v - pool];
+		struct worker *victim = worker_victim(pool, (start + i) % n);
 		if (victim == w)
 			continue;
 		size_t k = deque_steal(&victim->deque, buf, WORKER_STEAL_MAX);
@@ -346,11 +351,7 @@ static rok_task *worker_steal_from_pool(struct worker *w)
 		return buf[0];
 	}
 	for (unsigned i = 0; i < n; i++) {
-		unsigned v = (start + i) % n;
-		struct worker *victim = v < pool
-		        ? atomic_load_explicit(&executor.workers[v],
-		                               memory_order_relaxed)
-		        : executor.helpers[v - pool];
+		struct worker *victim = worker_victim(pool, (start + i) % n);
 		rok_task *t;
 		/* Relaxed: the marks are hints; a poll that just ended lets
 		 * the owner and us race for the slot, and the exchange

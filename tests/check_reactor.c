@@ -40,7 +40,6 @@
  * the first call is reported by the same epoll_wait as the call's wake-up
  * or an earlier one, so its callback has run before the second call runs).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -59,6 +58,7 @@
 
 #include "reactor.h"
 #include "rok/io.h"
+#include "testthreads.h"
 #include "testutil.h"
 
 #define CRX_EOF 1000                    /* a reader's result at end of file */
@@ -920,20 +920,6 @@ END_TEST
 
 /* ---- stop ------------------------------------------------------------- */
 
-static int crx_count_dir(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *e;
-	int n = 0;
-
-	ck_assert_ptr_nonnull(d);
-	while ((e = readdir(d)) != NULL)
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
 /* Waits until the process has `want` threads: a joined thread leaves
  * /proc/self/task a moment after pthread_join returns. */
 static void crx_wait_threads(int want)
@@ -941,7 +927,7 @@ static void crx_wait_threads(int want)
 	double deadline = crx_now() + test_timeout(20);
 	int got;
 
-	while ((got = crx_count_dir("/proc/self/task")) != want) {
+	while ((got = test_thread_count()) != want) {
 		if (crx_now() > deadline)
 			ck_abort_msg("%d threads, want %d", got, want);
 		sched_yield();
@@ -988,8 +974,8 @@ START_TEST(test_reactor_stop)
 	 * let that happen before the baseline. */
 	ck_assert_int_eq(pthread_create(&th, NULL, crx_nothing, NULL), 0);
 	ck_assert_int_eq(pthread_join(th, NULL), 0);
-	int fds0 = crx_count_dir("/proc/self/fd");
-	int threads0 = crx_count_dir("/proc/self/task");
+	int fds0 = test_dir_entries("/proc/self/fd");
+	int threads0 = test_thread_count();
 
 	for (int round = 0; round < 3; round++) {
 		int64_t base = crx_start();
@@ -1021,7 +1007,7 @@ START_TEST(test_reactor_stop)
 		close(p[1]);
 		close(q[0]);
 		close(q[1]);
-		ck_assert_int_eq(crx_count_dir("/proc/self/fd"), fds0);
+		ck_assert_int_eq(test_dir_entries("/proc/self/fd"), fds0);
 		crx_wait_threads(threads0);
 		ck_assert_int_ne(access(path, F_OK), 0);
 	}

@@ -207,18 +207,25 @@ static bool rc_closed(int fd)
 	return read(fd, &b, 1) == 0;
 }
 
-static int rc_hello(void)
+/* Sends a version-1 hello as request 1. */
+static void rc_send_hello(int fd)
 {
-	int fd = rc_connect();
 	Request req = ROK__V1__REQUEST__INIT;
 	Rok__V1__Hello h = ROK__V1__HELLO__INIT;
 
-	ck_assert_int_ge(fd, 0);
 	h.protocol_version = 1;
 	req.id = 1;
 	req.body_case = ROK__V1__REQUEST__BODY_HELLO;
 	req.hello = &h;
 	rc_send(fd, &req);
+}
+
+static int rc_hello(void)
+{
+	int fd = rc_connect();
+
+	ck_assert_int_ge(fd, 0);
+	rc_send_hello(fd);
 	Response *r = rc_recv(fd);
 	ck_assert_ptr_nonnull(r);
 	ck_assert_ptr_null(r->error);
@@ -285,6 +292,47 @@ static Response *rc_join(int fd, uint64_t *ids, size_t n, uint64_t timeout_ms)
 	req.join = &j;
 	rc_send(fd, &req);
 	return rc_recv(fd);
+}
+
+/* Sends a join of one task as request req_id (its reply comes later). */
+static void rc_join_req(int fd, uint64_t req_id, uint64_t *id)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
+
+	j.ids = id;
+	j.n_ids = 1;
+	req.id = req_id;
+	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
+	req.join = &j;
+	rc_send(fd, &req);
+}
+
+static void rc_logs_req(int fd, uint64_t req_id, uint64_t task, bool follow)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__LogsRequest l = ROK__V1__LOGS_REQUEST__INIT;
+
+	l.task_id = task;
+	l.follow = follow;
+	req.id = req_id;
+	req.body_case = ROK__V1__REQUEST__BODY_LOGS;
+	req.logs = &l;
+	rc_send(fd, &req);
+}
+
+/* Sends request req_id cancelling the n tasks in ids. */
+static void rc_cancel_req(int fd, uint64_t req_id, uint64_t *ids, size_t n)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
+
+	cr.ids = ids;
+	cr.n_ids = n;
+	req.id = req_id;
+	req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
+	req.cancel = &cr;
+	rc_send(fd, &req);
 }
 
 static void rc_ping_ok(int fd)
@@ -355,15 +403,8 @@ START_TEST(timeouts_and_cancel)
 	rok__v1__response__free_unpacked(r, NULL);
 
 	/* cancel a sleeping task: it ends cancelled */
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
 	uint64_t both[2] = { id, 999999 };
-	cr.ids = both;
-	cr.n_ids = 2;
-	req.id = 5;
-	req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
-	req.cancel = &cr;
-	rc_send(fd, &req);
+	rc_cancel_req(fd, 5, both, 2);
 	r = rc_recv(fd);
 	ck_assert_uint_eq(r->cancel->n_results, 2);
 	ck_assert_int_eq(r->cancel->results[0]->code, ROK__V1__ERROR_CODE__OK);
@@ -500,14 +541,7 @@ START_TEST(waits_begun_before_commit)
 
 	rc_select_echo_wins(fd);
 	uint64_t id = rc_spawn(fd, "sleep", "300ms");
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
-	j.ids = &id;
-	j.n_ids = 1;
-	req.id = 9;
-	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
-	req.join = &j;
-	rc_send(fd, &req);                       /* takes the slot */
+	rc_join_req(fd, 9, &id);                 /* takes the slot */
 	/* spawn --wait-timeout 10s: its wait would come from a waiter */
 	Request sreq = ROK__V1__REQUEST__INIT;
 	Rok__V1__SpawnRequest sp = ROK__V1__SPAWN_REQUEST__INIT;
@@ -633,15 +667,7 @@ static void rc_spawn_spec(int fd, Rok__V1__TaskSpec *spec, bool wait,
 
 static void rc_cancel_ok(int fd, uint64_t id)
 {
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
-
-	cr.ids = &id;
-	cr.n_ids = 1;
-	req.id = 43;
-	req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
-	req.cancel = &cr;
-	rc_send(fd, &req);
+	rc_cancel_req(fd, 43, &id, 1);
 	Response *r = rc_recv(fd);
 	ck_assert_ptr_nonnull(r);
 	ck_assert_ptr_nonnull(r->cancel);
@@ -1042,15 +1068,7 @@ START_TEST(sigterm_answers_in_flight)
 	rokd_start(NULL);
 	int fd = rc_hello();
 	uint64_t id = rc_spawn(fd, "sleep", "1h");
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
-
-	j.ids = &id;
-	j.n_ids = 1;
-	req.id = 77;
-	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
-	req.join = &j;
-	rc_send(fd, &req);
+	rc_join_req(fd, 77, &id);
 	rc_ping_ok(fd);   /* the join is in flight */
 	ck_assert_int_eq(kill(rokd_pid, SIGTERM), 0);
 	Response *r = rc_recv(fd);
@@ -1090,42 +1108,26 @@ START_TEST(permissions_root_daemon)
 		int c = rc_connect();
 		if (c < 0)
 			_exit(11);
-		Request req = ROK__V1__REQUEST__INIT;
-		Rok__V1__Hello h = ROK__V1__HELLO__INIT;
-		h.protocol_version = 1;
-		req.id = 1;
-		req.body_case = ROK__V1__REQUEST__BODY_HELLO;
-		req.hello = &h;
-		rc_send(c, &req);
+		rc_send_hello(c);
 		Response *r = rc_recv(c);
 		if (r == NULL || r->hello == NULL || r->hello->uid != 65534)
 			_exit(12);
 		if (rc_state(c, mine) !=
 		    -(int)ROK__V1__ERROR_CODE__PERMISSION_DENIED)
 			_exit(13);
-		Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
-		cr.ids = &mine;
-		cr.n_ids = 1;
-		req.id = 2;
-		req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
-		req.cancel = &cr;
-		rc_send(c, &req);
+		rc_cancel_req(c, 2, &mine, 1);
 		r = rc_recv(c);
 		if (r->cancel->results[0]->code !=
 		    ROK__V1__ERROR_CODE__PERMISSION_DENIED)
 			_exit(14);
 		/* Nor its output (the check fails closed). */
-		Rok__V1__LogsRequest lg = ROK__V1__LOGS_REQUEST__INIT;
-		lg.task_id = mine;
-		req.id = 4;
-		req.body_case = ROK__V1__REQUEST__BODY_LOGS;
-		req.logs = &lg;
-		rc_send(c, &req);
+		rc_logs_req(c, 4, mine, false);
 		r = rc_recv(c);
 		if (r == NULL || r->error == NULL || r->error->code !=
 		    ROK__V1__ERROR_CODE__PERMISSION_DENIED)
 			_exit(16);
 		uint64_t own = rc_spawn(c, "noop", NULL);
+		Request req = ROK__V1__REQUEST__INIT;
 		Rok__V1__ListRequest l = ROK__V1__LIST_REQUEST__INIT;
 		req.id = 3;
 		req.body_case = ROK__V1__REQUEST__BODY_LIST;
@@ -1207,19 +1209,6 @@ static uint64_t rc_spawn_sh(int fd, const char *script)
 	uint64_t id = r->spawn->id;
 	rok__v1__response__free_unpacked(r, NULL);
 	return id;
-}
-
-static void rc_logs_req(int fd, uint64_t req_id, uint64_t task, bool follow)
-{
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__LogsRequest l = ROK__V1__LOGS_REQUEST__INIT;
-
-	l.task_id = task;
-	l.follow = follow;
-	req.id = req_id;
-	req.body_case = ROK__V1__REQUEST__BODY_LOGS;
-	req.logs = &l;
-	rc_send(fd, &req);
 }
 
 /* Reads a logs stream to its end: the bytes of each stream in out[1],
@@ -1359,20 +1348,6 @@ START_TEST(logs_slow_reader)
 }
 END_TEST
 
-/* Sends a join of one task as request req_id (its reply comes later). */
-static void rc_join_req(int fd, uint64_t req_id, uint64_t *id)
-{
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
-
-	j.ids = id;
-	j.n_ids = 1;
-	req.id = req_id;
-	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
-	req.join = &j;
-	rc_send(fd, &req);
-}
-
 /* The next reply must be RESOURCE_EXHAUSTED for req_id naming `key`. */
 static void rc_expect_cap(int fd, uint64_t req_id, const char *key)
 {
@@ -1407,13 +1382,7 @@ START_TEST(per_user_caps)
 	/* The fifth connection is told why at its hello, then closed. */
 	int extra = rc_connect();
 	ck_assert_int_ge(extra, 0);
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__Hello h = ROK__V1__HELLO__INIT;
-	h.protocol_version = 1;
-	req.id = 1;
-	req.body_case = ROK__V1__REQUEST__BODY_HELLO;
-	req.hello = &h;
-	rc_send(extra, &req);
+	rc_send_hello(extra);
 	rc_expect_cap(extra, 1, "max_connections_per_user");
 	ck_assert(rc_closed(extra));
 	close(extra);
@@ -1439,7 +1408,7 @@ START_TEST(per_user_caps)
 			int c = rc_connect();
 			if (c < 0)
 				_exit(11);
-			rc_send(c, &req);
+			rc_send_hello(c);
 			Response *r = rc_recv(c);
 			if (r == NULL || r->error != NULL)
 				_exit(12);
@@ -1450,13 +1419,7 @@ START_TEST(per_user_caps)
 			uint64_t own = r->spawn->id;
 			rc_logs_req(c, 3, own, true);
 			rc_join_req(c, 4, &own);
-			Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
-			cr.ids = &own;
-			cr.n_ids = 1;
-			req.id = 5;
-			req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
-			req.cancel = &cr;
-			rc_send(c, &req);
+			rc_cancel_req(c, 5, &own, 1);
 			/* The cancel's reply, the stream's end, the join's
 			 * reply: in any order, none an error. */
 			for (int i = 0; i < 3; i++) {
@@ -1479,10 +1442,7 @@ START_TEST(per_user_caps)
 	for (int i = 0; i < 1000 && again < 0; i++) {
 		int fd = rc_connect();
 		ck_assert_int_ge(fd, 0);
-		req.id = 1;
-		req.body_case = ROK__V1__REQUEST__BODY_HELLO;
-		req.hello = &h;
-		rc_send(fd, &req);
+		rc_send_hello(fd);
 		Response *r = rc_recv(fd);
 		if (r != NULL && r->error == NULL)
 			again = fd;
@@ -1610,13 +1570,7 @@ START_TEST(race_duplicates)
 	ck_assert_uint_eq(r->race->winner->id, other);
 	rok__v1__response__free_unpacked(r, NULL);
 	/* The cancel's reply and the races' come in any order. */
-	Rok__V1__CancelRequest cr = ROK__V1__CANCEL_REQUEST__INIT;
-	cr.ids = &task;
-	cr.n_ids = 1;
-	req.id = 99999;
-	req.body_case = ROK__V1__REQUEST__BODY_CANCEL;
-	req.cancel = &cr;
-	rc_send(fd, &req);
+	rc_cancel_req(fd, 99999, &task, 1);
 	for (int i = 0; i < RACES + 1; i++) {
 		r = rc_recv(fd);
 		ck_assert_ptr_nonnull(r);

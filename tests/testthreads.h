@@ -21,9 +21,10 @@
 
 #include "testutil.h"
 
-static inline int test_thread_count(void)
+/* The number of entries in the directory path, bar "." and "..". */
+static inline int test_dir_entries(const char *path)
 {
-	DIR *d = opendir("/proc/self/task");
+	DIR *d = opendir(path);
 	struct dirent *e;
 	int n = 0;
 
@@ -33,6 +34,11 @@ static inline int test_thread_count(void)
 			n++;
 	closedir(d);
 	return n;
+}
+
+static inline int test_thread_count(void)
+{
+	return test_dir_entries("/proc/self/task");
 }
 
 /* Polls (yielding the CPU) until path no longer exists, for at most 10 s;

@@ -372,10 +372,9 @@ static int abuse_idle(const char *socket, long count, long secs)
 
 static int abuse_slowlogs(const char *socket, long secs)
 {
-	static const char *const args[] = {
-		"perl", "-e", "$| = 1; for (my $i = 0; ; $i++) { "
-		"print \"chatty line $i\\n\" }",
-	};
+	static const char script[] = "$| = 1; for (my $i = 0; ; $i++) { "
+	                             "print \"chatty line $i\\n\" }";
+	static const char *const args[] = { "perl", "-e", script };
 	rok_spec spec = { .kind = "exec", .args = args, .n_args = 3,
 	                  .timeout_ms = (uint64_t)secs * 1000 };
 	int64_t end = abuse_now_ns() + secs * 1000000000ll;

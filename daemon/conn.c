@@ -420,13 +420,57 @@ void conn_end_wait(struct conn *c)
 	conn_unref(c);
 }
 
+/* An offloaded request, queued per uid (quota_job_queue). */
+struct offload {
+	struct quota_job link;    /* first: quota.c links it */
+	uid_t uid;
+	void *(*fn)(void *);
+	void *arg;
+};
+
+/* Blocking pool: runs o, then the uid's queued jobs one after another
+ * while there are some, so a uid never has more than QUOTA_JOBS_RUNNING
+ * jobs in the pool.  A job whose connection was closed meanwhile still
+ * runs (as one already in the pool would): it holds a reference, and its
+ * reply is dropped at delivery. */
+static void *offload_run(void *arg)
+{
+	struct offload *o = arg;
+	uid_t uid = o->uid;
+
+	while (o != NULL) {
+		o->fn(o->arg);
+		free(o);
+		o = (struct offload *)quota_job_next(uid);
+	}
+	return NULL;
+}
+
 int conn_offload(struct conn *c, uint64_t req_id, void *(*fn)(void *),
                  void *arg)
 {
-	if (!conn_begin_wait(c, req_id))
+	struct offload *o = malloc(sizeof(*o));
+
+	if (o == NULL) {
+		conn_send_error(c, req_id, ROK__V1__ERROR_CODE__INTERNAL,
+		                "out of memory");
+		return -ENOMEM;
+	}
+	if (!conn_begin_wait(c, req_id)) {
+		free(o);
 		return -EAGAIN;   /* answered */
-	int err = rok_spawn_blocking(NULL, fn, arg);
+	}
+	o->uid = c->uid;
+	o->fn = fn;
+	o->arg = arg;
+	if (!quota_job_queue(c->uid, &o->link))
+		return 0;         /* a running job of the uid will start it */
+	int err = rok_spawn_blocking(NULL, offload_run, o);
 	if (err < 0) {
+		/* Only the reactor thread queues, and it found a free place:
+		 * nothing was queued behind this job. */
+		quota_job_cancel(c->uid);
+		free(o);
 		conn_send_error(c, req_id, ROK__V1__ERROR_CODE__UNAVAILABLE,
 		                "cannot start the request: %s", strerror(-err));
 		conn_end_wait(c);

@@ -11,6 +11,17 @@
  * holding thousands of streams starves others just the same, and an
  * administrator who wants more raises the caps.
  *
+ * Offloaded requests (conn_offload) are limited per uid as well, but
+ * queued rather than refused: at most QUOTA_JOBS_RUNNING of a uid's run
+ * in the blocking pool, the rest wait here in a FIFO per uid, and a pool
+ * thread that finishes one of them takes the uid's next (quota_job_next).
+ * So the pool's FIFO holds at most QUOTA_JOBS_RUNNING jobs of any one uid,
+ * and another user's request waits behind that many of them, not behind
+ * thousands.  A queued job holds its request's wait (conn_begin_wait), so
+ * its connection stays allocated until it has run and its reply has been
+ * delivered (or dropped, the connection being closed), as for a job in the
+ * pool.
+ *
  * Any thread (today the reactor's; task quotas will come from workers): one
  * mutex over a small hash table of the uids that hold something.  An entry
  * is freed when its uid holds nothing, so the table's size follows the
@@ -27,6 +38,8 @@
 struct quota_user {
 	uid_t uid;
 	uint64_t held[QUOTA_NKINDS];
+	unsigned running;                  /* jobs in the blocking pool */
+	struct quota_job *head, **tail;    /* queued jobs, FIFO */
 	struct quota_user *next;
 };
 
@@ -75,6 +88,21 @@ static struct quota_user *quota_find(uid_t uid, bool create)
 	return u;
 }
 
+/* Lock held: frees u if its uid holds nothing. */
+static void quota_drop_if_idle(struct quota_user *u)
+{
+	bool empty = u->running == 0 && u->head == NULL;
+	for (int k = 0; k < QUOTA_NKINDS; k++)
+		empty = empty && u->held[k] == 0;
+	if (!empty)
+		return;
+	struct quota_user **p = &quota.buckets[(unsigned)u->uid % QUOTA_BUCKETS];
+	while (*p != u)
+		p = &(*p)->next;
+	*p = u->next;
+	free(u);
+}
+
 bool quota_take(uid_t uid, int kind)
 {
 	pthread_mutex_lock(&quota.lock);
@@ -93,17 +121,55 @@ void quota_give(uid_t uid, int kind)
 	struct quota_user *u = quota_find(uid, false);
 	if (u != NULL && u->held[kind] > 0) {
 		u->held[kind]--;
-		bool empty = true;
-		for (int k = 0; k < QUOTA_NKINDS; k++)
-			empty = empty && u->held[k] == 0;
-		if (empty) {
-			struct quota_user **p =
-				&quota.buckets[(unsigned)uid % QUOTA_BUCKETS];
-			while (*p != u)
-				p = &(*p)->next;
-			*p = u->next;
-			free(u);
-		}
+		quota_drop_if_idle(u);
+	}
+	pthread_mutex_unlock(&quota.lock);
+}
+
+bool quota_job_queue(uid_t uid, struct quota_job *j)
+{
+	pthread_mutex_lock(&quota.lock);
+	struct quota_user *u = quota_find(uid, true);
+	/* Out of memory: run it uncounted (quota_job_next finds nothing to
+	 * give back) rather than refuse a request already accepted. */
+	bool run = u == NULL || u->running < QUOTA_JOBS_RUNNING;
+	if (u != NULL && run) {
+		u->running++;
+	} else if (u != NULL) {
+		j->next = NULL;
+		if (u->head == NULL)
+			u->tail = &u->head;
+		*u->tail = j;
+		u->tail = &j->next;
+	}
+	pthread_mutex_unlock(&quota.lock);
+	return run;
+}
+
+struct quota_job *quota_job_next(uid_t uid)
+{
+	struct quota_job *j = NULL;
+
+	pthread_mutex_lock(&quota.lock);
+	struct quota_user *u = quota_find(uid, false);
+	if (u != NULL && u->head != NULL) {
+		j = u->head;
+		u->head = j->next;
+	} else if (u != NULL && u->running > 0) {
+		u->running--;
+		quota_drop_if_idle(u);
+	}
+	pthread_mutex_unlock(&quota.lock);
+	return j;
+}
+
+void quota_job_cancel(uid_t uid)
+{
+	pthread_mutex_lock(&quota.lock);
+	struct quota_user *u = quota_find(uid, false);
+	if (u != NULL && u->running > 0) {
+		u->running--;
+		quota_drop_if_idle(u);
 	}
 	pthread_mutex_unlock(&quota.lock);
 }

@@ -125,6 +125,27 @@ bool quota_take(uid_t uid, int kind);
 /* Gives back one taken with quota_take. */
 void quota_give(uid_t uid, int kind);
 uint64_t quota_cap(int kind);
+/*
+ * Offloaded requests (conn_offload) of one uid in the blocking pool at
+ * once: more would let one user's queued journal reads delay everyone
+ * else's (the pool is FIFO).  A fixed constant, not a rokd.conf key: two
+ * keep one user's pipelined requests overlapping while another user's
+ * request waits behind at most two of them.
+ */
+#define QUOTA_JOBS_RUNNING 2
+/* One offloaded request, linked into its uid's queue (first member). */
+struct quota_job {
+	struct quota_job *next;
+};
+/* Any thread: true if uid may run j now (counted as running: end it with
+ * quota_job_next or quota_job_cancel); false if j was queued behind the
+ * uid's running ones, to be handed out by quota_job_next. */
+bool quota_job_queue(uid_t uid, struct quota_job *j);
+/* Any thread, when one of uid's running jobs ends: the next queued job,
+ * which takes its place as running, or NULL (one running fewer). */
+struct quota_job *quota_job_next(uid_t uid);
+/* Gives back the running place of a job that could not be started. */
+void quota_job_cancel(uid_t uid);
 /* "too many connections for uid U (the limit is KEY = N)" into buf. */
 void quota_explain(uid_t uid, int kind, char *buf, size_t len);
 
@@ -390,6 +411,8 @@ void reply_post_error(struct conn *c, uint64_t id, ErrorCode code,
  * Reactor thread: runs fn(arg) on the blocking pool, for a request whose
  * work may read the journal (which must not hold up the reactor thread).
  * Counted as a wait (conn_begin_wait); fn must answer with reply_post.
+ * At most QUOTA_JOBS_RUNNING per uid run at once; the uid's others wait
+ * their turn in order (quota.c), still counted as waits.
  * On failure (over the in-flight limit, or no pool thread) the request
  * has been answered, fn never runs, and the caller frees arg.
  */

@@ -504,8 +504,9 @@ int tasktab_lookup(uint64_t id, uid_t uid, rok_task **handle)
 	int code = tasktab_visible(id, uid, &r);
 	if (code == 0 && r->handle != NULL)
 		*handle = rok_task_ref(r->handle);
+	/* An id never handed out is in no journal row either: no read. */
 	bool absent = code == ROK__V1__ERROR_CODE__NOT_FOUND && r == NULL &&
-	              tasktab_find(id) == NULL;
+	              id < tab.next_id && tasktab_find(id) == NULL;
 	pthread_mutex_unlock(&tab.lock);
 	/* Not in memory: finished long ago, or before a restart. */
 	if (absent)
@@ -586,7 +587,7 @@ void tasktab_info(uint64_t id, uid_t uid, TaskInfo *info)
 	if (code == 0)
 		tasktab_fill(r, info);
 	bool absent = code == ROK__V1__ERROR_CODE__NOT_FOUND &&
-	              tasktab_find(id) == NULL;
+	              id < tab.next_id && tasktab_find(id) == NULL;
 	pthread_mutex_unlock(&tab.lock);
 	if (absent)
 		code = journal_read_info(id, uid, info);
@@ -685,7 +686,7 @@ int tasktab_cancel(uint64_t id, uid_t uid)
 		tasktab_cancel_one(r);
 	}
 	bool absent = code == ROK__V1__ERROR_CODE__NOT_FOUND &&
-	              tasktab_find(id) == NULL;
+	              id < tab.next_id && tasktab_find(id) == NULL;
 	pthread_mutex_unlock(&tab.lock);
 	if (journal)
 		journal_cancel_requested(id);

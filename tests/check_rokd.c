@@ -979,6 +979,155 @@ START_TEST(amplification)
 }
 END_TEST
 
+/*
+ * Status requests read evicted tasks from the journal on the blocking
+ * pool, which is FIFO: one uid pipelining many of them must not make
+ * another uid's status wait behind all of them (at most QUOTA_JOBS_RUNNING
+ * of a uid's run at once, the rest queue per uid).  B's reply must arrive
+ * while A still has most of its replies outstanding: A pings once B is
+ * answered, and the ping's reply (sent at once by the reactor) must come
+ * before most of A's status replies.
+ */
+START_TEST(offload_fairness)
+{
+	enum { TASKS = 1000, REQS = 100 };
+	uint64_t *ids = malloc(TASKS * sizeof(*ids));
+	int go[2], done[2];
+	char byte = 0;
+
+	if (geteuid() != 0)
+		return;    /* a second uid needs root */
+	ck_assert_ptr_nonnull(ids);
+	/* The pool grows to 512 threads by default: a small pool shows at
+	 * this scale what a flood of thousands of requests does to it. */
+	ck_assert_int_eq(setenv("ROK_BLOCKING_MAX", "4", 1), 0);
+	rokd_start("socket_group = nogroup\nmax_finished = 1");
+	ck_assert_int_eq(unsetenv("ROK_BLOCKING_MAX"), 0);
+	int fd = rc_hello();
+	for (int i = 0; i < TASKS; i++)
+		rc_spawn_req(fd, 1000 + (uint64_t)i, "echo", "x", false, 0);
+	for (int i = 0; i < TASKS; i++) {
+		Response *r = rc_recv(fd);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_ptr_null(r->error);
+		ck_assert_uint_ge(r->id, 1000);
+		ck_assert_uint_lt(r->id, 1000 + TASKS);
+		ids[r->id - 1000] = r->spawn->id;
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+	Response *r = rc_join(fd, ids, TASKS, 0);
+	ck_assert_ptr_null(r->error);
+	rok__v1__response__free_unpacked(r, NULL);
+
+	ck_assert_int_eq(pipe(go), 0);
+	ck_assert_int_eq(pipe(done), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		/* B: connected before A's flood, asks once it is queued. */
+		if (rc_become_nobody() != 0)
+			_exit(10);
+		int c = rc_connect();
+		if (c < 0)
+			_exit(11);
+		Request req = ROK__V1__REQUEST__INIT;
+		Rok__V1__Hello h = ROK__V1__HELLO__INIT;
+		h.protocol_version = 1;
+		req.id = 1;
+		req.body_case = ROK__V1__REQUEST__BODY_HELLO;
+		req.hello = &h;
+		rc_send(c, &req);
+		Response *hr = rc_recv(c);
+		if (hr == NULL || hr->error != NULL)
+			_exit(12);
+		if (read(go[0], &byte, 1) != 1)
+			_exit(13);
+		Rok__V1__StatusRequest st = ROK__V1__STATUS_REQUEST__INIT;
+		st.ids = ids;
+		st.n_ids = 1;
+		req.id = 2;
+		req.body_case = ROK__V1__REQUEST__BODY_STATUS;
+		req.status = &st;
+		rc_send(c, &req);
+		Response *sr = rc_recv(c);
+		if (sr == NULL || sr->id != 2)
+			_exit(14);
+		if (write(done[1], &byte, 1) != 1)
+			_exit(15);
+		_exit(0);
+	}
+
+	/* A: REQS status requests, each reading TASKS tasks. */
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__StatusRequest st = ROK__V1__STATUS_REQUEST__INIT;
+	st.ids = ids;
+	st.n_ids = TASKS;
+	req.body_case = ROK__V1__REQUEST__BODY_STATUS;
+	req.status = &st;
+	for (int i = 0; i < REQS; i++) {
+		req.id = 2000 + (uint64_t)i;
+		rc_send(fd, &req);
+	}
+	ck_assert_int_eq(write(go[1], &byte, 1), 1);
+	ck_assert_int_eq(read(done[0], &byte, 1), 1);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	              "uid B: step %d failed", WEXITSTATUS(status));
+
+	/* B is answered: count A's replies that came before its ping's. */
+	Request ping = ROK__V1__REQUEST__INIT;
+	Rok__V1__PingRequest p = ROK__V1__PING_REQUEST__INIT;
+	p.payload = bin("hi");
+	ping.id = 99;
+	ping.body_case = ROK__V1__REQUEST__BODY_PING;
+	ping.ping = &p;
+	rc_send(fd, &ping);
+	int before = 0, after = 0;
+	bool pinged = false;
+	while (before + after < REQS || !pinged) {
+		r = rc_recv(fd);
+		ck_assert_ptr_nonnull(r);
+		if (r->id == 99) {
+			pinged = true;
+		} else {
+			ck_assert_ptr_null(r->error);
+			ck_assert_uint_eq(r->status->n_tasks, TASKS);
+			if (pinged)
+				after++;
+			else
+				before++;
+		}
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+	ck_assert_msg(before < REQS / 2,
+	              "uid B waited for %d of uid A's %d status requests",
+	              before, REQS);
+
+	/* A connection closed while its requests are queued, then a stop
+	 * while they still are: no hang, nothing leaked (ASan), no reply
+	 * written to a freed connection. */
+	for (int i = 0; i < REQS; i++) {
+		req.id = 3000 + (uint64_t)i;
+		rc_send(fd, &req);
+	}
+	rc_send(fd, &ping);
+	for (pinged = false; !pinged;) {   /* every request was read */
+		r = rc_recv(fd);
+		ck_assert_ptr_nonnull(r);
+		pinged = r->id == 99;
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+	close(go[0]);
+	close(go[1]);
+	close(done[0]);
+	close(done[1]);
+	close(fd);
+	free(ids);
+	rokd_stop();
+}
+END_TEST
+
 /* A client that never reads its replies is cut off; others are served. */
 START_TEST(client_that_does_not_read)
 {
@@ -1599,6 +1748,7 @@ static Suite *rokd_suite(void)
 		{ "bad_frames", bad_frames },
 		{ "many_ids", many_ids_one_join },
 		{ "amplification", amplification },
+		{ "offload_fairness", offload_fairness },
 		{ "lazy_client", client_that_does_not_read },
 		{ "thousand_conns", thousand_connections },
 		{ "sigterm", sigterm_answers_in_flight },

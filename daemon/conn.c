@@ -65,6 +65,7 @@ static struct {
 	unsigned refusing;        /* refused connections not yet closed */
 	uint64_t serial;
 	bool shutting_down;
+	struct conn *freeing;     /* unreferenced, free on a later loop turn */
 } conns;
 
 static void conn_read_cb(struct bufferevent *bev, void *arg);
@@ -112,6 +113,12 @@ static void conn_free_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
+	if (c->prev != NULL)
+		c->prev->next = c->next;
+	else
+		conns.freeing = c->next;
+	if (c->next != NULL)
+		c->next->prev = c->prev;
 	free(c);
 }
 
@@ -119,12 +126,32 @@ void conn_unref(struct conn *c)
 {
 	if (--c->refs > 0)
 		return;
-	/* Freed on a later loop turn: the caller may be inside a callback
-	 * that still looks at `c`. */
+	/*
+	 * Freed on a later loop turn: the caller may be inside a callback
+	 * that still looks at `c`.  Closed (its last reference was the
+	 * connection's own), so prev/next are free to list it on `freeing`:
+	 * a turn the reactor no longer takes (the daemon stopping) leaves it
+	 * there for conn_free_leftovers.
+	 */
+	c->prev = NULL;
+	c->next = conns.freeing;
+	if (conns.freeing != NULL)
+		conns.freeing->prev = c;
+	conns.freeing = c;
 	if (event_base_once(reactor_base(), -1, EV_TIMEOUT, conn_free_cb, c,
 	                    NULL) != 0)
-		log_warnx("connection %llu: could not defer its free; leaked",
+		log_warnx("connection %llu: could not defer its free to the "
+		          "loop; freed at stop",
 		          (unsigned long long)c->serial);
+}
+
+void conn_free_leftovers(void)
+{
+	while (conns.freeing != NULL) {
+		struct conn *c = conns.freeing;
+		conns.freeing = c->next;
+		free(c);
+	}
 }
 
 static void conn_close(struct conn *c, const char *why)

@@ -481,6 +481,8 @@ int main(int argc, char **argv)
 	}
 	if ((err = rok_stop()) < 0)
 		log_errno(err, "stopping the runtime");
+	else
+		conn_free_leftovers();   /* the reactor thread has ended */
 	/* Every task has ended and told the journal: write it all. */
 	journal_stop();
 	tasktab_free();

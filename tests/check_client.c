@@ -1634,7 +1634,7 @@ START_TEST(rokctl_json_and_exit_codes)
 	ck_assert_int_eq(r.status, 0);
 	ck_assert_int_eq(r.lines, 1);
 	HAS(r.out, "\"workers\":4,");
-	HAS(r.out, "\"registrations\":-1}");
+	HAS(r.out, "\"registrations\":-1,\"groups\":[]}");
 	free(r.out);
 
 	r = RUN(&f, "ping");

@@ -362,7 +362,7 @@ out:
 const struct rokctl_cmd rokctl_cmd_spawn = {
 	.name = "spawn",
 	.operands = "[--] ARG...",
-	.synopsis = "[-k KIND] [-t TIMEOUT] [-w] [--] ARG...",
+	.synopsis = "[-k KIND] [-g GROUP] [-p PRIORITY] [-w] [--] ARG...",
 	.summary = "Start a task and print its id",
 	.details =
 		"Kinds: exec ARG... (the default; runs ARG... with this\n"

@@ -137,6 +137,10 @@ int group_policy_parse(const char *v);
  * The task's runner awaits the grant (queue_await) before it runs, and
  * gives the ticket back with queue_leave once the task has ended (after
  * tasktab_finish) or was cancelled while it waited.  See queue.c.
+ * A gate that holds tasks back (dependencies, delayed starts) opens by
+ * calling tasktab_start (or tasktab_start_packed) for the task, from any
+ * thread that holds no lock of the task table or the queue: the task then
+ * enters its group's queue in the order the gate opened.
  */
 struct qticket;
 /* Main thread, after journal_open, before the recovery: the groups of

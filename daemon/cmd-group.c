@@ -90,6 +90,14 @@ static int cmd_group_decide(struct group_job *j, struct group_settings *row,
 			         "group set)", j->name);
 			return ROK__V1__ERROR_CODE__INVALID_ARGUMENT;
 		}
+		size_t n = 0;
+		for (g = group_first(); g != NULL; g = g->next)
+			n++;
+		if (n >= GROUP_COUNT_MAX) {
+			snprintf(err, len, "too many groups (%d at most)",
+			         GROUP_COUNT_MAX);
+			return ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED;
+		}
 		*row = (struct group_settings){
 			.has_parallel = true, .has_policy = true,
 			.has_weights = true, .has_backend = true,

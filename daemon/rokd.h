@@ -121,7 +121,7 @@ int64_t duration_ns(uint64_t ms);
 /* ---- group.c: rokd.conf's group keys (main thread) ------------------ */
 #define GROUP_NAME_MAX 64           /* [A-Za-z0-9_-]{1,64} */
 #define GROUP_PARALLEL_MAX 1000000
-#define GROUP_COUNT_MAX 1024        /* groups in rokd.conf */
+#define GROUP_COUNT_MAX 1024        /* groups (rokd.conf, group add) */
 bool group_name_ok(const uint8_t *s, size_t len);
 /* `group.NAME.KEY` and `nice_CLASS` keys: 0, or -1 with a message. */
 int group_config_set(struct config *c, const char *key, const char *v,

@@ -2,7 +2,7 @@
  * rok-load — drives a running rokd through its socket (DESIGN.md §6).
  *
  *	rok-load [-s SOCKET] [-c CLIENTS] [-d DEPTH] [-n TASKS] [-k KIND]
- *	         [-- ARG...]
+ *	         [-g GROUP] [-p PRIORITY] [-- ARG...]
  *
  * CLIENTS connections (one thread each) keep DEPTH spawn-and-wait requests
  * in flight until TASKS tasks in total have finished (-d 1: sequential).
@@ -11,7 +11,8 @@
  *	clients=C depth=D n=N seconds=WALL rate=TASKS_PER_S p50_us=.. p99_us=..
  *	max_us=..
  *
- * where latency runs from sending a spawn to receiving its result.
+ * where latency runs from sending a spawn to receiving its result.  -g
+ * and -p put every task in that group and priority class.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -118,7 +119,7 @@ static int load_cmp(const void *a, const void *b)
 static void load_usage(FILE *to)
 {
 	fputs("usage: rok-load [-s SOCKET] [-c CLIENTS] [-d DEPTH] [-n TASKS] "
-	      "[-k KIND] [-- ARG...]\n"
+	      "[-k KIND] [-g GROUP] [-p PRIORITY] [-- ARG...]\n"
 	      "  defaults: the default socket, 8 clients, depth 64, "
 	      "100000 tasks, kind noop\n", to);
 }
@@ -139,17 +140,26 @@ static long load_num(const char *s, const char *what)
 int main(int argc, char **argv)
 {
 	char path[4096];
-	const char *socket = NULL, *kind = "noop";
+	const char *socket = NULL, *kind = "noop", *group = NULL;
+	int prio = 0;
 	long clients = 8, depth = 64, tasks = 100000;
 	int ch;
 
-	while ((ch = getopt(argc, argv, "s:c:d:n:k:h")) != -1) {
+	while ((ch = getopt(argc, argv, "s:c:d:n:k:g:p:h")) != -1) {
 		switch (ch) {
 		case 's': socket = optarg; break;
 		case 'c': clients = load_num(optarg, "-c"); break;
 		case 'd': depth = load_num(optarg, "-d"); break;
 		case 'n': tasks = load_num(optarg, "-n"); break;
 		case 'k': kind = optarg; break;
+		case 'g': group = optarg; break;
+		case 'p':
+			if ((prio = rok_priority_parse(optarg)) < 0) {
+				fprintf(stderr, "rok-load: -p: urgent, high, "
+				        "normal or low\n");
+				return 2;
+			}
+			break;
 		case 'h': load_usage(stdout); return 0;
 		default: load_usage(stderr); return 2;
 		}
@@ -167,6 +177,8 @@ int main(int argc, char **argv)
 		.kind = kind,
 		.args = (const char *const *)(argv + optind),
 		.n_args = (size_t)(argc - optind),
+		.group = group,
+		.priority = prio,
 	};
 	struct load_client *lc = calloc((size_t)clients, sizeof(*lc));
 	int64_t *lat = malloc((size_t)tasks * sizeof(*lat));

@@ -145,6 +145,9 @@ static void reply_task(struct reply_box *b, const Rok__V1__TaskInfo *m,
 	t->output_truncated = m->output_truncated;
 	t->retries = m->retries;
 	t->reason = reply_bytes(b, m->reason);
+	t->group = reply_bytes(b, m->group);
+	t->priority = (int)m->priority;
+	t->waiting = reply_bytes(b, m->waiting);
 	reply_error(b, m->error, &t->error);
 	args = reply_array(b, m->n_args, sizeof(*args));
 	for (size_t i = 0; args != NULL && i < m->n_args; i++)
@@ -193,6 +196,37 @@ static void reply_stats(const Rok__V1__StatsReply *m, rok_daemon_stats *s)
 	s->connections = m->connections;
 	s->uptime_ms = m->uptime_ms;
 	s->handoffs = m->handoffs;
+}
+
+static void reply_groups(struct reply_box *b, Rok__V1__GroupInfo *const *gi,
+			 size_t ngi, Rok__V1__GroupStats *const *gs,
+			 size_t ngs)
+{
+	size_t n = gi != NULL ? ngi : ngs;
+	rok_group *g = reply_array(b, n, sizeof(*g));
+
+	for (size_t i = 0; g != NULL && i < n; i++) {
+		if (gi != NULL) {
+			g[i].name = reply_bytes(b, gi[i]->name);
+			g[i].parallel = gi[i]->parallel;
+			g[i].policy = (int)gi[i]->policy;
+			g[i].backend = reply_bytes(b, gi[i]->backend);
+			g[i].paused = gi[i]->paused;
+			for (size_t k = 0; k < 4 && k < gi[i]->n_weights; k++)
+				g[i].weights[k] = gi[i]->weights[k];
+		} else {
+			g[i].name = reply_bytes(b, gs[i]->name);
+			g[i].parallel = gs[i]->parallel;
+			g[i].policy = (int)gs[i]->policy;
+			g[i].backend = (rok_bytes){ reply_empty, 0 };
+			g[i].paused = gs[i]->paused;
+			g[i].running = gs[i]->running;
+			for (size_t k = 0; k < 4 && k < gs[i]->n_queued; k++)
+				g[i].queued[k] = gs[i]->queued[k];
+		}
+	}
+	b->r.groups = g;
+	b->r.n_groups = g != NULL ? n : 0;
 }
 
 static void reply_body(struct reply_box *b, const Rok__V1__Response *m)
@@ -256,6 +290,11 @@ static void reply_body(struct reply_box *b, const Rok__V1__Response *m)
 	case ROK__V1__RESPONSE__BODY_STATS:
 		r->type = ROK_REPLY_STATS;
 		reply_stats(m->stats, &r->stats);
+		reply_groups(b, NULL, 0, m->stats->groups, m->stats->n_groups);
+		break;
+	case ROK__V1__RESPONSE__BODY_GROUP:
+		r->type = ROK_REPLY_GROUP;
+		reply_groups(b, m->group->groups, m->group->n_groups, NULL, 0);
 		break;
 	case ROK__V1__RESPONSE__BODY_PING:
 		r->type = ROK_REPLY_PING;
@@ -372,4 +411,46 @@ int rok_state_parse(const char *name)
 bool rok_state_finished(int state)
 {
 	return state >= ROK_TASK_SUCCEEDED;
+}
+
+/* ---- priorities and policies ----------------------------------------- */
+
+static const char *const reply_priority_names[] = {
+	"normal", "urgent", "high", "normal", "low",
+};
+
+const char *rok_priority_name(int priority)
+{
+	if (priority >= 0 && (size_t)priority < sizeof(reply_priority_names) /
+					     sizeof(reply_priority_names[0]))
+		return reply_priority_names[priority];
+	return "unknown";
+}
+
+int rok_priority_parse(const char *name)
+{
+	for (int i = 1; i <= ROK_PRIORITY_LOW; i++)
+		if (strcasecmp(name, reply_priority_names[i]) == 0)
+			return i;
+	return -EINVAL;
+}
+
+static const char *const reply_policy_names[] = {
+	"unspecified", "strict", "weighted",
+};
+
+const char *rok_policy_name(int policy)
+{
+	if (policy >= 0 && (size_t)policy < sizeof(reply_policy_names) /
+					   sizeof(reply_policy_names[0]))
+		return reply_policy_names[policy];
+	return "unknown";
+}
+
+int rok_policy_parse(const char *name)
+{
+	for (int i = 1; i <= ROK_POLICY_WEIGHTED; i++)
+		if (strcasecmp(name, reply_policy_names[i]) == 0)
+			return i;
+	return -EINVAL;
 }

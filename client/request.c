@@ -81,6 +81,12 @@ static int request_spec(const rok_spec *spec, Rok__V1__TaskSpec *m,
 	m->stdin = request_bytes(spec->stdin_data, spec->stdin_len);
 	m->retry = spec->retry;
 	m->kill_grace_ms = spec->kill_grace_ms;
+	m->group = request_str(spec->group);
+	if (spec->priority < 0 || spec->priority > ROK_PRIORITY_LOW) {
+		free(v);
+		return -EINVAL;
+	}
+	m->priority = (Rok__V1__Priority)spec->priority;
 	*bufs = v;
 	return 0;
 }
@@ -362,6 +368,76 @@ int rok_client_list(rok_client *c, int state, uint64_t after_id,
 	return request_finish(c, rc, rid, ROK_REPLY_LIST, out);
 }
 
+int rok_client_send_list_group(rok_client *c, const char *group, int state,
+			       uint64_t after_id, uint32_t limit,
+			       uint64_t *req_id)
+{
+	Rok__V1__Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__ListRequest body = ROK__V1__LIST_REQUEST__INIT;
+
+	*req_id = 0;
+	if (state < 0)
+		return request_bad(c, "list: bad state");
+	body.state = (Rok__V1__TaskState)state;
+	body.after_id = after_id;
+	body.limit = limit;
+	body.group = request_str(group);
+	req.body_case = ROK__V1__REQUEST__BODY_LIST;
+	req.list = &body;
+	return client_send(c, &req, req_id);
+}
+
+int rok_client_list_group(rok_client *c, const char *group, int state,
+			  uint64_t after_id, uint32_t limit, rok_reply **out)
+{
+	uint64_t rid;
+	int rc = rok_client_send_list_group(c, group, state, after_id, limit,
+					    &rid);
+
+	return request_finish(c, rc, rid, ROK_REPLY_LIST, out);
+}
+
+/* ---- groups --------------------------------------------------------- */
+
+int rok_client_send_group(rok_client *c, int op, const rok_group_spec *g,
+			  uint64_t *req_id)
+{
+	Rok__V1__Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__GroupRequest body = ROK__V1__GROUP_REQUEST__INIT;
+	uint32_t w[4];
+
+	*req_id = 0;
+	if (op < ROK_GROUP_LIST || op > ROK_GROUP_RESUME)
+		return request_bad(c, "group: bad operation");
+	if (op != ROK_GROUP_LIST && (g == NULL || g->name == NULL))
+		return request_bad(c, "group: no group name");
+	body.op = (Rok__V1__GroupRequest__Op)op;
+	if (g != NULL) {
+		body.name = request_str(g->name);
+		body.has_parallel = g->has_parallel;
+		body.parallel = g->parallel;
+		body.policy = (Rok__V1__GroupPolicy)g->policy;
+		body.backend = request_str(g->backend);
+		if (g->has_weights) {
+			memcpy(w, g->weights, sizeof(w));
+			body.weights = w;
+			body.n_weights = 4;
+		}
+	}
+	req.body_case = ROK__V1__REQUEST__BODY_GROUP;
+	req.group = &body;
+	return client_send(c, &req, req_id);
+}
+
+int rok_client_group(rok_client *c, int op, const rok_group_spec *g,
+		     rok_reply **out)
+{
+	uint64_t rid;
+	int rc = rok_client_send_group(c, op, g, &rid);
+
+	return request_finish(c, rc, rid, ROK_REPLY_GROUP, out);
+}
+
 /* ---- stats, ping ---------------------------------------------------- */
 
 int rok_client_send_stats(rok_client *c, uint64_t *req_id)
@@ -387,6 +463,14 @@ int rok_client_stats(rok_client *c, rok_daemon_stats *out)
 	*out = r->stats;
 	rok_reply_free(r);
 	return 0;
+}
+
+int rok_client_stats_reply(rok_client *c, rok_reply **out)
+{
+	uint64_t rid;
+	int rc = rok_client_send_stats(c, &rid);
+
+	return request_finish(c, rc, rid, ROK_REPLY_STATS, out);
 }
 
 int rok_client_send_prune(rok_client *c, uint64_t older_than_ms,

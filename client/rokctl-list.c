@@ -15,6 +15,8 @@ static const struct rokctl_opt list_opts[] = {
 	  "only tasks in STATE (queued, running, ...)" },
 	{ KEY_AFTER, 0, "after", "ID", "only tasks with an id above ID" },
 	{ KEY_LIMIT, 'n', "limit", "N", "at most N tasks" },
+	{ KEY_GROUP, 'g', "group", "GROUP",
+	  "only GROUP's tasks (those the daemon holds in memory)" },
 	{ KEY_NONE, 0, NULL, NULL, NULL }
 };
 
@@ -62,7 +64,12 @@ static int list_exec(struct rokctl *ctx, const struct rokctl_args *a)
 			page = (uint32_t)(limit - shown);
 		if (a->seen[KEY_LIMIT] && page == 0)
 			break;
-		rc = rok_client_list(ctx->client, state, after, page, &r);
+		if (a->seen[KEY_GROUP])
+			rc = rok_client_list_group(ctx->client, a->val[KEY_GROUP],
+						   state, after, page, &r);
+		else
+			rc = rok_client_list(ctx->client, state, after, page,
+					     &r);
 		if (rc != 0)
 			return rokctl_fail(ctx, rc);
 		n = r->n_tasks;
@@ -84,7 +91,7 @@ static int list_exec(struct rokctl *ctx, const struct rokctl_args *a)
 const struct rokctl_cmd rokctl_cmd_list = {
 	.name = "list",
 	.operands = "",
-	.synopsis = "[--state STATE] [--after ID] [-n N]",
+	.synopsis = "[--state STATE] [-g GROUP] [--after ID] [-n N]",
 	.summary = "List tasks, oldest first",
 	.opts = list_opts,
 	.min_args = 0,

@@ -2,8 +2,10 @@
  * rokctl-print.c — how rokctl shows tasks and counters: an aligned table
  * for people, one JSON object per line with --json (DESIGN §3).
  *
- * Human table: ID STATE KIND EXIT TIME VALUE.  EXIT is the exit code, a
- * signal name (SIGKILL) or "-"; TIME is how long the task ran (so far);
+ * Human table: ID STATE KIND EXIT TIME GROUP PRIO VALUE.  EXIT is the
+ * exit code, a signal name (SIGKILL) or "-"; TIME is how long the task ran
+ * (so far); GROUP and PRIO its group and priority class ("-": an older
+ * daemon's); a queued task shows why it waits in brackets as its VALUE;
  * VALUE is the result with control characters and invalid UTF-8 escaped,
  * since it is bytes from a program and the terminal must not interpret it;
  * a task without a value shows its failure reason in brackets; an exec
@@ -13,7 +15,8 @@
  * signal (number or null), value (+ value_base64 when value is not valid
  * UTF-8, see json.c), output_truncated, reason (string or null), uid,
  * retries, spawned_us / started_us / finished_us (µs since the epoch, or null),
- * args.  An id the daemon could not look up gives
+ * args, group, priority (its class's name), waiting (why a queued task
+ * waits, or null).  An id the daemon could not look up gives
  * {"id":N,"error":"not_found","message":"..."} instead.
  */
 #include <string.h>
@@ -91,6 +94,8 @@ struct print_row {
 	char id[24], exit[16], time[32];
 	const char *state;
 	const char *kind;
+	const char *group;
+	const char *prio;
 };
 
 static void print_row(const rok_task_info *t, struct print_row *r, uint64_t now)
@@ -100,6 +105,8 @@ static void print_row(const rok_task_info *t, struct print_row *r, uint64_t now)
 	snprintf(r->id, sizeof(r->id), "%llu", (unsigned long long)t->id);
 	r->state = rok_state_name(t->state);
 	r->kind = t->kind.len > 0 ? (const char *)t->kind.data : "-";
+	r->group = t->group.len > 0 ? (const char *)t->group.data : "-";
+	r->prio = rok_priority_name(t->priority);
 	if (t->has_exit_code)
 		snprintf(r->exit, sizeof(r->exit), "%d", t->exit_code);
 	else if (t->has_signal && (sig = print_signame(t->signal)) != NULL)
@@ -193,6 +200,15 @@ static void print_json_task(const rok_task_info *t, long index)
 		json_string(stdout, t->args[i].data, t->args[i].len);
 	}
 	putc(']', stdout);
+	if (t->group.len > 0)
+		json_bytes(&o, "group", t->group.data, t->group.len);
+	else
+		json_null(&o, "group");
+	json_str(&o, "priority", rok_priority_name(t->priority));
+	if (t->waiting.len > 0)
+		json_bytes(&o, "waiting", t->waiting.data, t->waiting.len);
+	else
+		json_null(&o, "waiting");
 	if (index >= 0)
 		json_i64(&o, "index", index);
 	json_end(&o);
@@ -202,7 +218,7 @@ void print_tasks(struct rokctl *ctx, struct print_table *tab,
 		 const rok_task_info *t, size_t n, long index)
 {
 	static const char *const head[] = { "ID", "STATE", "KIND", "EXIT",
-					    "TIME" };
+					    "TIME", "GROUP", "PRIO" };
 	uint64_t now = print_now_us();
 	struct print_row r;
 
@@ -217,7 +233,7 @@ void print_tasks(struct rokctl *ctx, struct print_table *tab,
 	}
 	/* Widths only grow, so a table printed in pages stays aligned
 	 * unless a later page has a wider cell. */
-	for (int k = 0; k < 5; k++)
+	for (int k = 0; k < 7; k++)
 		tab->w[k] = print_width(head[k], tab->w[k]);
 	for (size_t i = 0; i < n; i++) {
 		if (t[i].error.code != 0)
@@ -228,6 +244,8 @@ void print_tasks(struct rokctl *ctx, struct print_table *tab,
 		tab->w[2] = print_width(r.kind, tab->w[2]);
 		tab->w[3] = print_width(r.exit, tab->w[3]);
 		tab->w[4] = print_width(r.time, tab->w[4]);
+		tab->w[5] = print_width(r.group, tab->w[5]);
+		tab->w[6] = print_width(r.prio, tab->w[6]);
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (t[i].error.code != 0) {
@@ -235,10 +253,12 @@ void print_tasks(struct rokctl *ctx, struct print_table *tab,
 			continue;
 		}
 		if (!tab->header_done) {
-			printf("%-*s  %-*s  %-*s  %-*s  %-*s  VALUE\n",
+			printf("%-*s  %-*s  %-*s  %-*s  %-*s  %-*s  %-*s  "
+			       "VALUE\n",
 			       tab->w[0], head[0], tab->w[1], head[1],
 			       tab->w[2], head[2], tab->w[3], head[3],
-			       tab->w[4], head[4]);
+			       tab->w[4], head[4], tab->w[5], head[5],
+			       tab->w[6], head[6]);
 			tab->header_done = true;
 		}
 		print_row(&t[i], &r, now);
@@ -247,6 +267,9 @@ void print_tasks(struct rokctl *ctx, struct print_table *tab,
 		printf("%*s  %-*s  %-*s  ",
 		       tab->w[2] - (int)strlen(r.kind), "", tab->w[3], r.exit,
 		       tab->w[4], r.time);
+		print_escaped(stdout, r.group, strlen(r.group), 0);
+		printf("%*s  %-*s  ", tab->w[5] - (int)strlen(r.group), "",
+		       tab->w[6], r.prio);
 		if (t[i].value.len > 0) {
 			print_escaped(stdout, t[i].value.data, t[i].value.len,
 				      tab->truncate ? 40 : 0);
@@ -254,6 +277,11 @@ void print_tasks(struct rokctl *ctx, struct print_table *tab,
 			putchar('[');
 			print_escaped(stdout, t[i].reason.data,
 				      t[i].reason.len, tab->truncate ? 40 : 0);
+			putchar(']');
+		} else if (t[i].waiting.len > 0) {
+			putchar('[');
+			print_escaped(stdout, t[i].waiting.data,
+				      t[i].waiting.len, 0);
 			putchar(']');
 		}
 		if (t[i].output_truncated)
@@ -278,7 +306,8 @@ int print_outcome(const rok_task_info *t, size_t n)
 	return rc;
 }
 
-void print_stats(struct rokctl *ctx, const rok_daemon_stats *s)
+void print_stats(struct rokctl *ctx, const rok_daemon_stats *s,
+		 const rok_group *groups, size_t n_groups)
 {
 	const struct { const char *name; uint64_t v; } u[] = {
 		{ "workers", s->workers },
@@ -307,10 +336,87 @@ void print_stats(struct rokctl *ctx, const rok_daemon_stats *s)
 		for (size_t i = 0; i < n; i++)
 			json_u64(&o, u[i].name, u[i].v);
 		json_i64(&o, "registrations", s->registrations);
+		/* "groups": [{"name", "parallel", "running", "queued":
+		 * {"urgent": N, ...}, "paused", "policy"}, ...] */
+		json_key(&o, "groups");
+		putc('[', stdout);
+		for (size_t i = 0; i < n_groups; i++) {
+			struct json_obj g, q;
+
+			if (i > 0)
+				putc(',', stdout);
+			json_begin(&g, stdout);
+			json_bytes(&g, "name", groups[i].name.data,
+				   groups[i].name.len);
+			json_u64(&g, "parallel", groups[i].parallel);
+			json_u64(&g, "running", groups[i].running);
+			json_key(&g, "queued");
+			json_begin(&q, stdout);
+			for (int c = 0; c < 4; c++)
+				json_u64(&q, rok_priority_name(c + 1),
+					 groups[i].queued[c]);
+			fputc('}', stdout);
+			json_bool(&g, "paused", groups[i].paused);
+			json_str(&g, "policy", rok_policy_name(groups[i].policy));
+			fputc('}', stdout);
+		}
+		putc(']', stdout);
 		json_end(&o);
 		return;
 	}
 	for (size_t i = 0; i < n; i++)
 		printf("%-17s %llu\n", u[i].name, (unsigned long long)u[i].v);
 	printf("%-17s %lld\n", "registrations", (long long)s->registrations);
+	/* group NAME running R/LIMIT queued U/H/N/L (urgent/high/normal/low) */
+	for (size_t i = 0; i < n_groups; i++) {
+		const rok_group *g = &groups[i];
+		char lim[16];
+
+		if (g->parallel > 0)
+			snprintf(lim, sizeof(lim), "%u", g->parallel);
+		else
+			snprintf(lim, sizeof(lim), "-");
+		printf("group %s running %u/%s queued %llu/%llu/%llu/%llu%s\n",
+		       (const char *)g->name.data, g->running, lim,
+		       (unsigned long long)g->queued[0],
+		       (unsigned long long)g->queued[1],
+		       (unsigned long long)g->queued[2],
+		       (unsigned long long)g->queued[3],
+		       g->paused ? " paused" : "");
+	}
+}
+
+void print_groups(struct rokctl *ctx, const rok_group *g, size_t n)
+{
+	if (!ctx->json)
+		printf("%-16s %8s  %-8s  %-7s  %-6s  %s\n", "NAME", "PARALLEL",
+		       "POLICY", "BACKEND", "STATE", "WEIGHTS");
+	for (size_t i = 0; i < n; i++) {
+		char w[64];
+
+		snprintf(w, sizeof(w), "%u,%u,%u,%u", g[i].weights[0],
+			 g[i].weights[1], g[i].weights[2], g[i].weights[3]);
+		if (ctx->json) {
+			struct json_obj o;
+
+			json_begin(&o, stdout);
+			json_bytes(&o, "name", g[i].name.data, g[i].name.len);
+			json_u64(&o, "parallel", g[i].parallel);
+			json_str(&o, "policy", rok_policy_name(g[i].policy));
+			json_bytes(&o, "backend", g[i].backend.data,
+				   g[i].backend.len);
+			json_bool(&o, "paused", g[i].paused);
+			json_key(&o, "weights");
+			printf("[%u,%u,%u,%u]", g[i].weights[0],
+			       g[i].weights[1], g[i].weights[2],
+			       g[i].weights[3]);
+			json_end(&o);
+			continue;
+		}
+		printf("%-16s %8u  %-8s  %-7s  %-6s  %s\n",
+		       (const char *)g[i].name.data, g[i].parallel,
+		       rok_policy_name(g[i].policy),
+		       (const char *)g[i].backend.data,
+		       g[i].paused ? "paused" : "active", w);
+	}
 }

@@ -47,6 +47,10 @@ static const struct rokctl_opt spawn_opts[] = {
 	{ KEY_RETRY, 0, "retry", "N", "re-run up to N times after a daemon crash" },
 	{ KEY_KILL_GRACE, 0, "kill-grace", "DURATION",
 	  "exec: SIGTERM to SIGKILL delay on cancel" },
+	{ KEY_GROUP, 'g', "group", "GROUP",
+	  "run in GROUP (default: default)" },
+	{ KEY_PRIORITY, 'p', "priority", "PRIORITY",
+	  "urgent, high, normal (default) or low" },
 	{ KEY_NONE, 0, NULL, NULL, NULL }
 };
 
@@ -282,6 +286,12 @@ static int spawn_build(struct rokctl *ctx, const struct rokctl_args *a,
 					    "'%s'", a->val[KEY_RETRY]);
 		sp->spec.retry = (uint32_t)n;
 	}
+	if (rc == ROKCTL_EXIT_OK && a->seen[KEY_GROUP])
+		sp->spec.group = a->val[KEY_GROUP];
+	if (rc == ROKCTL_EXIT_OK && a->seen[KEY_PRIORITY] &&
+	    (sp->spec.priority = rok_priority_parse(a->val[KEY_PRIORITY])) < 0)
+		return rokctl_usage(ctx, "--priority wants urgent, high, normal "
+				    "or low, not '%s'", a->val[KEY_PRIORITY]);
 	return rc;
 }
 
@@ -352,7 +362,7 @@ out:
 const struct rokctl_cmd rokctl_cmd_spawn = {
 	.name = "spawn",
 	.operands = "[--] ARG...",
-	.synopsis = "[-k KIND] [-t TIMEOUT] [-w] [--] ARG...",
+	.synopsis = "[-k KIND] [-g GROUP] [-p PRIORITY] [-w] [--] ARG...",
 	.summary = "Start a task and print its id",
 	.details =
 		"Kinds: exec ARG... (the default; runs ARG... with this\n"

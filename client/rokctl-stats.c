@@ -1,7 +1,8 @@
 /*
  * rokctl-stats.c — `rokctl stats`: the daemon's counters (workers, tasks
- * by state, scheduler counters), one "name value" line each, or one JSON
- * object with --json.
+ * by state, scheduler counters), one "name value" line each, then one
+ * "group NAME running R/LIMIT queued U/H/N/L" line per group; or one JSON
+ * object with --json (groups in "groups").
  */
 #include "rokctl.h"
 
@@ -11,17 +12,18 @@ static const struct rokctl_opt stats_opts[] = {
 
 static int stats_exec(struct rokctl *ctx, const struct rokctl_args *a)
 {
-	rok_daemon_stats s;
+	rok_reply *r;
 	int rc;
 
 	(void)a;
 	rc = rokctl_connect(ctx);
 	if (rc != ROKCTL_EXIT_OK)
 		return rc;
-	rc = rok_client_stats(ctx->client, &s);
+	rc = rok_client_stats_reply(ctx->client, &r);
 	if (rc != 0)
 		return rokctl_fail(ctx, rc);
-	print_stats(ctx, &s);
+	print_stats(ctx, &r->stats, r->groups, r->n_groups);
+	rok_reply_free(r);
 	return ROKCTL_EXIT_OK;
 }
 

@@ -40,7 +40,8 @@ enum rokctl_key {
 	KEY_KIND, KEY_TIMEOUT, KEY_WAIT, KEY_WAIT_TIMEOUT, KEY_ENV,
 	KEY_CLEAN_ENV, KEY_CWD, KEY_STDIN, KEY_RETRY, KEY_KILL_GRACE,
 	KEY_CANCEL_REST, KEY_FOLLOW, KEY_STATE, KEY_AFTER, KEY_LIMIT,
-	KEY_OLDER_THAN, KEY_KEEP,
+	KEY_OLDER_THAN, KEY_KEEP, KEY_GROUP, KEY_PRIORITY, KEY_PARALLEL,
+	KEY_POLICY, KEY_BACKEND, KEY_WEIGHTS,
 	KEY__COUNT
 };
 
@@ -125,7 +126,7 @@ void rokctl_print_help(FILE *f, const struct rokctl_cmd *cmd);
 struct print_table {
 	bool header_done;
 	bool truncate;          /* cut long values (list) */
-	int w[5];
+	int w[7];
 };
 
 /* Prints tasks (a table, or JSON lines); per-id errors go to stderr in
@@ -139,13 +140,16 @@ int print_outcome(const rok_task_info *t, size_t n);
 /* Writes bytes for people: valid UTF-8 text as is, control characters
  * and invalid bytes as C escapes; at most max characters (0: all). */
 void print_escaped(FILE *f, const void *data, size_t len, size_t max);
-void print_stats(struct rokctl *ctx, const rok_daemon_stats *s);
+void print_stats(struct rokctl *ctx, const rok_daemon_stats *s,
+		 const rok_group *groups, size_t n_groups);
+/* Groups as `group list` shows them (a table, or JSON lines). */
+void print_groups(struct rokctl *ctx, const rok_group *g, size_t n);
 
 /* ---- the commands (one file each) ------------------------------------ */
 
 extern const struct rokctl_cmd rokctl_cmd_spawn, rokctl_cmd_join,
 	rokctl_cmd_race, rokctl_cmd_cancel, rokctl_cmd_status,
 	rokctl_cmd_list, rokctl_cmd_logs, rokctl_cmd_stats,
-	rokctl_cmd_ping, rokctl_cmd_prune, rokctl_cmd_help;
+	rokctl_cmd_ping, rokctl_cmd_prune, rokctl_cmd_group, rokctl_cmd_help;
 
 #endif /* ROK_ROKCTL_H */

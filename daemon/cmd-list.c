@@ -7,6 +7,7 @@
  * no longer in memory are read from the journal.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "rokd.h"
 
@@ -20,6 +21,8 @@ struct list_job {
 	int state;
 	uint64_t after;
 	size_t limit;
+	size_t group_len;           /* 0: any group */
+	uint8_t group[GROUP_NAME_MAX];
 };
 
 /* Blocking pool: answers the request and frees the job. */
@@ -37,8 +40,12 @@ static void *list_run(void *arg)
 		free(j);
 		return NULL;
 	}
-	size_t n = tasktab_list(j->uid, j->state, j->after, j->limit,
-	                        tasktab_reply_budget(), infos, &more);
+	size_t n = j->group_len > 0
+	        ? tasktab_list_group(j->uid, j->state, j->group, j->group_len,
+	                             j->after, j->limit,
+	                             tasktab_reply_budget(), infos, &more)
+	        : tasktab_list(j->uid, j->state, j->after, j->limit,
+	                       tasktab_reply_budget(), infos, &more);
 	if (n == 0 && more) {
 		/* Not even one task fits: paging cannot get past it. */
 		reply_post_error(j->conn, j->req_id,
@@ -69,6 +76,11 @@ void cmd_list(struct conn *c, const Request *req)
 		                "unknown task state %d", (int)l->state);
 		return;
 	}
+	if (l->group.len > 0 && !group_name_ok(l->group.data, l->group.len)) {
+		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__INVALID_ARGUMENT,
+		                "not a group name");
+		return;
+	}
 	if ((j = malloc(sizeof(*j))) == NULL) {
 		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__INTERNAL,
 		                "out of memory");
@@ -79,7 +91,10 @@ void cmd_list(struct conn *c, const Request *req)
 		.state = (int)l->state, .after = l->after_id,
 		.limit = l->limit == 0 ? LIST_PAGE_DEFAULT
 		         : l->limit > LIST_PAGE_MAX ? LIST_PAGE_MAX : l->limit,
+		.group_len = l->group.len,
 	};
+	if (l->group.len > 0)
+		memcpy(j->group, l->group.data, l->group.len);
 	if (conn_offload(c, req->id, list_run, j) < 0)
 		free(j);
 }

@@ -1,6 +1,8 @@
 /*
  * cmd-stats.c — the runtime's and the daemon's counters.
  */
+#include <stdlib.h>
+
 #include "rok/blocking.h"
 #include "rokd.h"
 
@@ -30,8 +32,15 @@ void cmd_stats(struct conn *c, const Request *req)
 	sr.blocking_threads = rok_blocking_threads();
 	sr.connections = conn_count();
 	sr.uptime_ms = (uint64_t)((rok_now() - rokd_started_ns) / 1000000);
+	Rok__V1__GroupStats **groups;
+	ssize_t ng = queue_group_stats(&groups);
+	if (ng > 0) {   /* on ENOMEM the rest is still worth sending */
+		sr.groups = groups;
+		sr.n_groups = (size_t)ng;
+	}
 	resp.id = req->id;
 	resp.body_case = ROK__V1__RESPONSE__BODY_STATS;
 	resp.stats = &sr;
 	conn_send(c, &resp);
+	free(groups);
 }

@@ -79,6 +79,9 @@ void config_defaults(struct config *c)
 	c->durability_full = true;
 	c->keep_finished = 1000000;
 	c->keep_finished_for_ns = 30 * 24 * 3600 * 1000000000ll;
+	/* scheduling: one class up per minute; low-class children nice 10 */
+	c->aging_ns = 60 * 1000000000ll;
+	c->nice[3] = 10;
 }
 
 void config_free(struct config *c)
@@ -86,6 +89,7 @@ void config_free(struct config *c)
 	free(c->socket_path);
 	free(c->state_dir);
 	free(c->socket_group);
+	free(c->groups);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -198,12 +202,17 @@ static int config_set(struct config *c, const char *key, const char *v,
 		/* journal */
 		CFG_U("keep_finished", keep_finished, 1ull << 40),
 		CFG_DNS("keep_finished_for", keep_finished_for_ns),
+		/* scheduling */
+		CFG_DNS("aging", aging_ns),
 #undef CFG_DNS
 #undef CFG_D
 #undef CFG_U
 #undef CFG_S
 	};
 
+	/* scheduling: group.NAME.KEY, nice_CLASS (group.c) */
+	if (strncmp(key, "group.", 6) == 0 || strncmp(key, "nice_", 5) == 0)
+		return group_config_set(c, key, v, err, len);
 	/* journal: a key whose value is a word */
 	if (strcmp(key, "durability") == 0) {
 		if (strcmp(v, "full") != 0 && strcmp(v, "normal") != 0) {

@@ -334,6 +334,18 @@ EXEC_CHILD static int exec_child_main(void *arg)
 	(void)syscall(SYS_umask, rokd_umask);
 	if (syscall(SYS_setsid) < 0)
 		exec_child_fail(fail, "setsid", 0);
+	/* The class's nice (rokd.conf nice_CLASS), added to rokd's own.
+	 * Lowering always works; raising needs privilege, and a task whose
+	 * raise is refused runs at rokd's level rather than not at all.  The
+	 * raw getpriority returns 20 - nice. */
+	if (s->nice != 0) {
+		rc = syscall(SYS_getpriority, PRIO_PROCESS, 0);
+		if (rc >= 0) {
+			long want = 20 - rc + s->nice;
+			want = want < -20 ? -20 : want > 19 ? 19 : want;
+			(void)syscall(SYS_setpriority, PRIO_PROCESS, 0, want);
+		}
+	}
 	if (s->cgroup >= 0 && syscall(SYS_write, s->cgroup, "0", 1) != 1)
 		exec_child_fail(fail, "joining its cgroup", 0);
 	for (int i = 0; i < 3; i++) {

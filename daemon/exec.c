@@ -80,6 +80,7 @@ struct exec_job {
 	uint8_t *in;
 	size_t in_len, in_off;
 	bool clean_env;
+	int nice;                   /* added to the child's nice (its class) */
 	int64_t timeout_ns, grace_ns;
 	/* The child. */
 	pid_t pid;                  /* 0: none */
@@ -155,6 +156,7 @@ static void exec_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 	j->env = exec_args_strv(spec->env, spec->n_env);
 	j->nenv = spec->n_env;
 	j->clean_env = spec->clean_env;
+	j->nice = queue_nice(spec);
 	if (spec->cwd.len > 0)
 		j->cwd = exec_args_strndup(&spec->cwd);
 	if (spec->stdin.len > 0 && (j->in = malloc(spec->stdin.len)) != NULL) {
@@ -292,6 +294,7 @@ static int exec_start(struct exec_job *j)
 		.fds = { r->child[0], r->child[1], r->child[2] },
 		.cgroup = j->cg.procs,
 		.change_creds = change,
+		.nice = j->nice,
 		.uid = j->uid,
 		.gid = r->user.gid,
 		.ngroups = r->user.ngroups,
@@ -729,4 +732,5 @@ const struct kind kind_exec = {
 	.finish = exec_finish,
 	.cancel = exec_cancel,
 	.own_timeout = true,
+	.slot = true,
 };

@@ -74,6 +74,7 @@ struct exec_start {
 	const char *cwd;            /* NULL: rokd's */
 	int fds[3];                 /* become the child's 0, 1, 2 */
 	int cgroup;                 /* cgroup.procs to join; -1: none */
+	int nice;                   /* added to the child's nice; 0: none */
 	bool change_creds;
 	uid_t uid;
 	gid_t gid;

@@ -124,6 +124,14 @@ static void journal_read_fill(sqlite3_stmt *st, uint64_t id, TaskInfo *info)
 		}
 		info->n_args = spec->n_args;
 	}
+	/* Its group and class, as tasktab_fill gives them. */
+	const ProtobufCBinaryData dflt = { 7, (uint8_t *)"default" };
+	const ProtobufCBinaryData *g = spec->group.len > 0 ? &spec->group
+	                                                   : &dflt;
+	if ((info->group.data = journal_read_dup(g->data, g->len)) != NULL)
+		info->group.len = g->len;
+	info->priority = (Rok__V1__Priority)queue_wire_priority(
+		queue_class(spec->priority));
 	rok__v1__task_spec__free_unpacked(spec, NULL);
 }
 

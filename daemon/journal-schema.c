@@ -273,6 +273,11 @@ int journal_schema_open(const char *path, bool durable_full, sqlite3 **out,
 	}
 	if (journal_schema_migrate(db, path, err, len) < 0)
 		goto fail;
+	/* Issue 10's groups table, outside the numbered steps for now. */
+	if (group_store_schema(db, msg, sizeof(msg)) < 0) {
+		snprintf(err, len, "%s: %s", path, msg);
+		goto fail;
+	}
 	/*
 	 * FULL: the WAL is fsynced at every commit, so an acknowledged spawn
 	 * survives power loss.  NORMAL: fsynced at checkpoints only, which

@@ -32,6 +32,11 @@ int journal_schema_open(const char *path, bool durable_full, sqlite3 **db,
 /* Runs one statement; SQLITE_OK or an sqlite error, message in err. */
 int journal_schema_exec(sqlite3 *db, const char *sql, char *err, size_t len);
 
+/* ---- group.c: the journal's groups table (see group.c) ---------------- */
+/* Creates the table if absent (journal_schema_open, after the migration
+ * steps): 0, or -1 with a message. */
+int group_store_schema(sqlite3 *db, char *err, size_t len);
+
 /* ---- journal.c --------------------------------------------------------- */
 /* Main thread: opens <state_dir>/journal.db (see journal_schema_open);
  * 0, or -1 with a message in err. */

@@ -9,9 +9,15 @@
  * outcome (or "cancelled", "timed out") to the record.  A kind only writes
  * its body and says how it ended; cancellation and timeouts come for free.
  *
+ * A kind whose tasks hold a process (kind->slot: exec) first takes a slot
+ * of the task's group: kind_spawn queues a ticket (queue.c) and the runner
+ * awaits its grant before the task counts as running; a cancel while it
+ * waits ends it as cancelled, as before any start.
+ *
  * Built-in kinds live in kind-builtin.c; the table below names them all.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "rok/combine.h"
@@ -28,6 +34,8 @@ static const struct kind *const kinds[] = {
 
 struct runner {
 	struct rtask *rec;
+	struct qticket *ticket;     /* its group's slot (kind->slot); owned */
+	rok_chan_op grant_op;
 	struct rt_reply reply;
 	const struct kind *kind;
 	int64_t timeout_ns;
@@ -52,6 +60,9 @@ static rok_poll runner_poll(rok_cx *cx, void *frame)
 	struct runner *f = frame;
 
 	ROK_BEGIN(cx);
+	/* A task that holds a slot waits for it queued (queue.c). */
+	if (f->ticket != NULL)
+		ROK_AWAIT(cx, queue_await(cx, f->ticket, &f->grant_op));
 	tasktab_running(f->rec);
 	rok_future_init(&f->fut, f->kind->poll, f->body);
 	if (f->timeout_ns > 0 && !f->kind->own_timeout)
@@ -70,6 +81,8 @@ static rok_poll runner_poll(rok_cx *cx, void *frame)
 			o.state = how;
 		uint64_t id = tasktab_id(f->rec);
 		tasktab_finish(f->rec, &o);   /* f->rec may go from here on */
+		/* After the finish: its slot is free once it is seen ended. */
+		queue_leave(f->ticket);
 		if (f->reply.conn != NULL)
 			tasktab_reply(id, &f->reply);
 		logs_notify(id);   /* followers of its output see the end */
@@ -84,6 +97,20 @@ int kind_check(const struct kind *k, const TaskSpec *spec, char *err,
 	    duration_check_ms(spec->kill_grace_ms, "kill_grace_ms", err,
 	                      len) < 0)
 		return -1;
+	if ((unsigned)spec->priority > ROK__V1__PRIORITY__PRIORITY_LOW) {
+		snprintf(err, len, "unknown priority %d (urgent, high, normal, "
+		         "low)", (int)spec->priority);
+		return -1;
+	}
+	if (spec->group.len > 0 &&
+	    (!group_name_ok(spec->group.data, spec->group.len) ||
+	     !queue_group_exists(spec->group.data, spec->group.len))) {
+		snprintf(err, len, "unknown group \"%.*s\" (see rokctl group "
+		         "list)", (int)(spec->group.len > GROUP_NAME_MAX
+		                        ? GROUP_NAME_MAX : spec->group.len),
+		         (const char *)spec->group.data);
+		return -1;
+	}
 	return k->check(spec, err, len);
 }
 
@@ -100,13 +127,24 @@ int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
 	_Static_assert(sizeof(f.body) >= KIND_FRAME_MAX, "kind frame");
 	if (k->frame_size > sizeof(f.body))
 		return -EINVAL;
+	/* Into its group's queue now, on the starting thread: the queue
+	 * sees tasks in the order they are started. */
+	int err = k->slot ? queue_submit(spec, tasktab_uid(r), &f.ticket) : 0;
+	if (err < 0)
+		return err;
+	if (f.ticket != NULL)
+		tasktab_set_ticket(r, f.ticket);
 	k->init(f.body, r, spec);
 	/* Only the used part of the body is copied into the task's frame. */
-	int err = rok_spawn(handle, runner_poll, &f,
-	                    offsetof(struct runner, body) + k->frame_size);
+	err = rok_spawn(handle, runner_poll, &f,
+	                offsetof(struct runner, body) + k->frame_size);
 	if (err < 0) {
 		struct rt_outcome o;
 		k->finish(f.body, RT_FAILED, &o);   /* frees what init took */
+		if (f.ticket != NULL) {
+			tasktab_set_ticket(r, NULL);
+			queue_leave(f.ticket);
+		}
 	}
 	return err;
 }

@@ -405,6 +405,9 @@ int main(int argc, char **argv)
 	char jerr[1024];
 	if (journal_open(jerr, sizeof(jerr)) < 0)
 		fatalx("%s", jerr);
+	/* The groups before the recovery queues tasks into them. */
+	if (queue_init(jerr, sizeof(jerr)) < 0)
+		fatalx("%s", jerr);
 	if ((err = exec_init()) < 0)
 		fatalx("exec tasks: %s/output: %s; refusing to start",
 		       config.state_dir, strerror(-err));
@@ -486,6 +489,7 @@ int main(int argc, char **argv)
 	/* Every task has ended and told the journal: write it all. */
 	journal_stop();
 	tasktab_free();
+	queue_free();
 	config_free(&config);
 	log_info("stopped");
 	return 0;

@@ -76,6 +76,11 @@ struct config {
 	bool durability_full;       /* durability = full (else normal) */
 	uint64_t keep_finished;     /* finished tasks kept in the journal */
 	int64_t keep_finished_for_ns; /* and for how long; 0: no age limit */
+	/* scheduling (group.c, queue.c; read at start only) */
+	struct group_conf *groups;  /* group.NAME.KEY lines, ngroups of them */
+	size_t ngroups;
+	int64_t aging_ns;           /* strict: a class up per interval; 0: off */
+	int nice[4];                /* exec children, by class: urgent..low */
 };
 
 extern struct config config;
@@ -112,6 +117,55 @@ int duration_check_ms(uint64_t ms, const char *what, char *err, size_t len);
 /* ms in ns, saturated at INT64_MAX: for specs checked by an older rokd and
  * read back from the journal, which may hold any value. */
 int64_t duration_ns(uint64_t ms);
+
+/* ---- group.c: rokd.conf's group keys (main thread) ------------------ */
+#define GROUP_NAME_MAX 64           /* [A-Za-z0-9_-]{1,64} */
+#define GROUP_PARALLEL_MAX 1000000
+#define GROUP_COUNT_MAX 1024        /* groups (rokd.conf, group add) */
+bool group_name_ok(const uint8_t *s, size_t len);
+/* `group.NAME.KEY` and `nice_CLASS` keys: 0, or -1 with a message. */
+int group_config_set(struct config *c, const char *key, const char *v,
+                     char *err, size_t len);
+/* "strict", "weighted": QPOLICY_*, or -1. */
+int group_policy_parse(const char *v);
+
+/* ---- queue.c: groups' slots and priority classes (any thread) --------- */
+/*
+ * Every task of a kind with `slot` (exec) is started through queue_submit
+ * (kind_spawn calls it), in the order tasks are started, on any thread:
+ * the ticket it gives is granted a slot of the task's group now or later.
+ * The task's runner awaits the grant (queue_await) before it runs, and
+ * gives the ticket back with queue_leave once the task has ended (after
+ * tasktab_finish) or was cancelled while it waited.  See queue.c.
+ * A gate that holds tasks back (dependencies, delayed starts) opens by
+ * calling tasktab_start (or tasktab_start_packed) for the task, from any
+ * thread that holds no lock of the task table or the queue: the task then
+ * enters its group's queue in the order the gate opened.
+ */
+struct qticket;
+/* Main thread, after journal_open, before the recovery: the groups of
+ * rokd.conf and of the journal.  0, or -1 with a message. */
+int queue_init(char *err, size_t len);
+void queue_free(void);
+/* -ENOENT: no such group (or being removed); -ENOMEM. */
+int queue_submit(const TaskSpec *spec, uid_t uid, struct qticket **out);
+rok_poll queue_await(rok_cx *cx, struct qticket *t, rok_chan_op *op);
+void queue_leave(struct qticket *t);
+/* Why t's task waits, for people ("" when it does not). */
+void queue_waiting(const struct qticket *t, char *buf, size_t len);
+/* Whether a group of that name (empty: default) exists. */
+bool queue_group_exists(const uint8_t *name, size_t len);
+/* A spec's Priority as a class (QCLS_*, urgent 0 .. low 3), back, named. */
+int queue_class(int wire);
+int queue_wire_priority(int cls);
+const char *queue_class_name(int cls);
+/* The nice increment of a spec's class (config nice_CLASS). */
+int queue_nice(const TaskSpec *spec);
+/* Every group's stats / infos (one in name_len > 0), in one allocation
+ * freed with free(): the count, or -1 on ENOMEM. */
+ssize_t queue_group_stats(Rok__V1__GroupStats ***out);
+ssize_t queue_group_infos(const char *name, size_t name_len,
+                          Rok__V1__GroupInfo ***out);
 
 /* ---- quota.c: what each uid holds, against per-uid caps (any thread) -- */
 enum {
@@ -296,6 +350,14 @@ int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
 void tasktab_discard(struct rtask *r);
 void tasktab_forget(uint64_t id);
 uint64_t tasktab_spawned_us(const struct rtask *r);
+/* kind_spawn: r's queue ticket (NULL: none), for the `waiting` of its
+ * TaskInfo; tasktab_finish forgets it. */
+void tasktab_set_ticket(struct rtask *r, struct qticket *t);
+/* tasktab_list for one group: only the tasks in memory (every queued and
+ * running one, the newest finished), no journal read. */
+size_t tasktab_list_group(uid_t uid, int state, const uint8_t *group,
+                          size_t group_len, uint64_t after, size_t limit,
+                          size_t budget, TaskInfo **infos, bool *more);
 
 /* Tasks by state, for stats. */
 void tasktab_counts(uint64_t counts[RT_NSTATES]);
@@ -330,6 +392,9 @@ struct kind {
 	/* The kind enforces spec->timeout_ms itself (and reports
 	 * RT_TIMED_OUT); the runner does not wrap it in rok_timeout. */
 	bool own_timeout;
+	/* Its tasks hold resources (a process): each takes a slot of its
+	 * group (queue.c) before it runs.  Else it starts at once. */
+	bool slot;
 };
 
 const struct kind *kind_find(const uint8_t *name, size_t len);
@@ -458,6 +523,7 @@ void cmd_list(struct conn *c, const Request *req);
 void cmd_stats(struct conn *c, const Request *req);
 void cmd_logs(struct conn *c, const Request *req);
 void cmd_prune(struct conn *c, const Request *req);
+void cmd_group(struct conn *c, const Request *req);
 
 /* Validates a spec and creates its record: 0 or an ErrorCode with a message
  * in err.  Shared by spawn and select. */

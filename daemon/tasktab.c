@@ -48,6 +48,9 @@ struct rtask {
 	int exit_code, signal;
 	bool output_truncated;
 	char *reason;
+	char *group;                   /* NULL: default */
+	uint8_t cls;                   /* priority class (queue.c) */
+	struct qticket *ticket;        /* queued for a slot (queue.c) */
 	void *ctl;                     /* kind->cancel's argument, if set */
 	uint64_t spawned_us, started_us, finished_us;
 	uint32_t retries;              /* runs again after an interruption */
@@ -94,6 +97,7 @@ static void tasktab_free_record(struct rtask *r)
 	free(r->args);
 	free(r->value);
 	free(r->reason);
+	free(r->group);
 	free(r);
 }
 
@@ -222,6 +226,16 @@ static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
 		free(r);
 		return NULL;
 	}
+	if (spec->group.len > 0) {
+		if ((r->group = malloc(spec->group.len + 1)) == NULL) {
+			free(r->args);
+			free(r);
+			return NULL;
+		}
+		memcpy(r->group, spec->group.data, spec->group.len);
+		r->group[spec->group.len] = '\0';
+	}
+	r->cls = (uint8_t)queue_class(spec->priority);
 	r->nargs = spec->n_args;
 	r->uid = uid;
 	r->kind = k;
@@ -330,6 +344,13 @@ uint64_t tasktab_spawned_us(const struct rtask *r)
 	return r->spawned_us;
 }
 
+void tasktab_set_ticket(struct rtask *r, struct qticket *t)
+{
+	pthread_mutex_lock(&tab.lock);
+	r->ticket = t;
+	pthread_mutex_unlock(&tab.lock);
+}
+
 uint64_t tasktab_id(const struct rtask *r)
 {
 	return r->id;
@@ -368,7 +389,8 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 	if (err < 0) {
 		struct rt_outcome o = { .state = RT_FAILED };
 		snprintf(o.reason, sizeof(o.reason), "could not start: %s",
-		         strerror(-err));
+		         err == -ENOENT ? "its group does not exist (removed?)"
+		                        : strerror(-err));
 		tasktab_finish(r, &o);
 		if (reply != NULL && reply->conn != NULL)
 			tasktab_reply(r->id, reply);
@@ -447,6 +469,7 @@ void tasktab_finish(struct rtask *r, struct rt_outcome *o)
 	r->signal = o->signal;
 	r->output_truncated = o->output_truncated;
 	r->ctl = NULL;
+	r->ticket = NULL;   /* queue_leave frees it after this */
 	if (o->reason[0] != '\0')
 		r->reason = strdup(o->reason);   /* NULL on ENOMEM: no reason */
 	/* The runtime task is about to end: joiners see this record. */
@@ -562,6 +585,17 @@ static void tasktab_fill(const struct rtask *r, TaskInfo *info)
 	info->started_us = r->started_us;
 	info->finished_us = r->finished_us;
 	info->retries = r->retries;
+	const char *g = r->group != NULL ? r->group : "default";
+	if ((info->group.data = tasktab_dup(g, strlen(g))) != NULL)
+		info->group.len = strlen(g);
+	info->priority = (Rok__V1__Priority)queue_wire_priority(r->cls);
+	if (r->state == RT_QUEUED && r->ticket != NULL) {
+		char why[160];
+		queue_waiting(r->ticket, why, sizeof(why));
+		if (why[0] != '\0' && (info->waiting.data = tasktab_dup(
+			                        why, strlen(why))) != NULL)
+			info->waiting.len = strlen(why);
+	}
 	if (r->reason != NULL && (info->reason.data = tasktab_dup(
 		                          r->reason, strlen(r->reason))) != NULL)
 		info->reason.len = strlen(r->reason);
@@ -649,6 +683,8 @@ void tasktab_info_free(TaskInfo *info)
 {
 	free(info->value.data);
 	free(info->reason.data);
+	free(info->group.data);
+	free(info->waiting.data);
 	for (size_t i = 0; i < info->n_args; i++)
 		free(info->args[i].data);
 	free(info->args);
@@ -805,6 +841,41 @@ size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
 	}
 	free(jids);
 	free(from_journal);
+	return n;
+}
+
+size_t tasktab_list_group(uid_t uid, int state, const uint8_t *group,
+                          size_t group_len, uint64_t after, size_t limit,
+                          size_t budget, TaskInfo **infos, bool *more)
+{
+	size_t used = 0, n = 0;
+	bool dflt = group_len == 7 && memcmp(group, "default", 7) == 0;
+
+	*more = false;
+	pthread_mutex_lock(&tab.lock);
+	for (struct rtask *r = tab.head; r != NULL; r = r->next) {
+		if (r->id <= after || r->gone || (uid != 0 && r->uid != uid) ||
+		    (state != 0 && r->state != state))
+			continue;
+		if (r->group == NULL ? !dflt
+		    : strlen(r->group) != group_len ||
+		      memcmp(r->group, group, group_len) != 0)
+			continue;
+		if (n == limit) {
+			*more = true;
+			break;
+		}
+		tasktab_fill(r, infos[n]);
+		size_t sz = rok__v1__task_info__get_packed_size(infos[n]) + 6;
+		if (sz > budget - used) {
+			tasktab_info_free(infos[n]);
+			*more = true;
+			break;
+		}
+		used += sz;
+		n++;
+	}
+	pthread_mutex_unlock(&tab.lock);
 	return n;
 }
 

@@ -1587,9 +1587,10 @@ START_TEST(rokctl_json_and_exit_codes)
 	r = RUN(&f, "join", "1", "2");
 	ck_assert_int_eq(r.status, 0);
 	line_of(r.out, 0, l, sizeof(l));
-	ck_assert_str_eq(l, "ID  STATE      KIND  EXIT  TIME  VALUE");
+	ck_assert_str_eq(l, "ID  STATE      KIND  EXIT  TIME  GROUP  PRIO    "
+			 "VALUE");
 	line_of(r.out, 1, l, sizeof(l));
-	ck_assert_str_eq(l, "1   succeeded  echo  -     1.5s  v1");
+	ck_assert_str_eq(l, "1   succeeded  echo  -     1.5s  -      normal  v1");
 	free(r.out);
 
 	r = RUN(&f, "join", "9", "7");
@@ -1633,7 +1634,7 @@ START_TEST(rokctl_json_and_exit_codes)
 	ck_assert_int_eq(r.status, 0);
 	ck_assert_int_eq(r.lines, 1);
 	HAS(r.out, "\"workers\":4,");
-	HAS(r.out, "\"registrations\":-1}");
+	HAS(r.out, "\"registrations\":-1,\"groups\":[]}");
 	free(r.out);
 
 	r = RUN(&f, "ping");

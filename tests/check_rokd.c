@@ -79,7 +79,10 @@ static void rokd_start_as(const char *extra_conf, bool as_nobody)
 	snprintf(conf, sizeof(conf), "%s/rokd.conf", dir);
 	FILE *f = fopen(conf, "w");
 	ck_assert_ptr_nonnull(f);
-	fprintf(f, "%s\n", extra_conf != NULL ? extra_conf : "");
+	/* Exec tasks run as many at once as the tests spawn: the group
+	 * default without a limit (limits are tests/sched.test's). */
+	fprintf(f, "group.default.parallel = 0\n%s\n",
+	        extra_conf != NULL ? extra_conf : "");
 	fclose(f);
 	/* Other users must reach the socket's directory. */
 	ck_assert_int_eq(chmod(dir, 0755), 0);

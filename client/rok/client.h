@@ -146,7 +146,70 @@ typedef struct rok_task_info {
 	const rok_bytes *args;     /* as spawned */
 	uint32_t retries;          /* times run again because rokd stopped
 				    * while it ran (at most the spec's retry) */
+	rok_bytes group;           /* its group ("default"; empty from an
+				    * older daemon) */
+	int priority;              /* enum rok_priority */
+	rok_bytes waiting;         /* queued: why it waits, for people */
 } rok_task_info;
+
+/* Priority classes (rok.v1.Priority); 0 means normal. */
+enum rok_priority {
+	ROK_PRIORITY_UNSPECIFIED = 0,
+	ROK_PRIORITY_URGENT = 1,
+	ROK_PRIORITY_HIGH = 2,
+	ROK_PRIORITY_NORMAL = 3,
+	ROK_PRIORITY_LOW = 4,
+};
+
+/* "urgent", "high", "normal" (also for 0), "low"; "unknown" otherwise.
+ * Static, never NULL. */
+const char *rok_priority_name(int priority);
+/* The priority named `name`, or -EINVAL. */
+int rok_priority_parse(const char *name);
+
+/* Group policies (rok.v1.GroupPolicy). */
+enum rok_group_policy {
+	ROK_POLICY_UNSPECIFIED = 0,
+	ROK_POLICY_STRICT = 1,
+	ROK_POLICY_WEIGHTED = 2,
+};
+
+/* "strict", "weighted", "unspecified", "unknown"; static. */
+const char *rok_policy_name(int policy);
+int rok_policy_parse(const char *name);
+
+/* A group (rok.v1.GroupInfo in a group reply, GroupStats in stats). */
+typedef struct rok_group {
+	rok_bytes name;
+	uint32_t parallel;         /* 0: no limit */
+	int policy;                /* enum rok_group_policy */
+	rok_bytes backend;         /* group replies: "local" */
+	bool paused;
+	uint32_t weights[4];       /* group replies: urgent, high, normal, low */
+	uint32_t running;          /* stats: exec tasks holding its slots */
+	uint64_t queued[4];        /* stats: queued tasks by class */
+} rok_group;
+
+/* Group operations (rok.v1.GroupRequest.Op). */
+enum rok_group_op {
+	ROK_GROUP_LIST = 0,
+	ROK_GROUP_ADD = 1,
+	ROK_GROUP_SET = 2,
+	ROK_GROUP_RM = 3,
+	ROK_GROUP_PAUSE = 4,
+	ROK_GROUP_RESUME = 5,
+};
+
+/* What a group operation sets; zero-initialise.  Strings borrowed. */
+typedef struct rok_group_spec {
+	const char *name;
+	bool has_parallel;
+	uint32_t parallel;
+	int policy;                /* 0: unchanged (add: strict) */
+	const char *backend;       /* NULL: unchanged (add: "local") */
+	bool has_weights;
+	uint32_t weights[4];
+} rok_group_spec;
 
 /*
  * What to spawn (rok.v1.TaskSpec).  Strings are borrowed for the call only.
@@ -165,6 +228,8 @@ typedef struct rok_spec {
 	size_t stdin_len;
 	uint32_t retry;            /* re-runs after a daemon crash */
 	uint64_t kill_grace_ms;    /* exec: SIGTERM→SIGKILL delay; 0: default */
+	const char *group;         /* NULL or "": the group default */
+	int priority;              /* enum rok_priority; 0: normal */
 } rok_spec;
 
 /* The daemon's counters (rok.v1.StatsReply). */
@@ -206,6 +271,7 @@ enum rok_reply_type {
 	ROK_REPLY_PING,
 	ROK_REPLY_LOGS,
 	ROK_REPLY_PRUNE,
+	ROK_REPLY_GROUP,
 };
 
 /* A piece of a task's output (rok.v1.LogChunk). */
@@ -227,6 +293,8 @@ typedef struct rok_log_chunk {
  *   STATS   stats
  *   PING    payload
  *   PRUNE   pruned
+ *   GROUP   groups (list: all; others: the group as it is now)
+ *   STATS   also groups (running and queued per class)
  *   HELLO   server
  *   LOGS    chunks (output, in the order the task wrote it); end: the
  *           last reply of the stream, with tasks[0] the task as it is then
@@ -253,6 +321,8 @@ typedef struct rok_reply {
 	const rok_log_chunk *chunks;
 	bool end;
 	uint64_t pruned;           /* PRUNE: tasks deleted */
+	size_t n_groups;           /* GROUP, STATS */
+	const rok_group *groups;
 } rok_reply;
 
 /* Frees a reply and everything in it.  NULL is fine. */
@@ -361,7 +431,22 @@ int rok_client_status(rok_client *c, const uint64_t *ids, size_t n,
 int rok_client_list(rok_client *c, int state, uint64_t after_id,
 		    uint32_t limit, rok_reply **out);
 
+/* The same list, only the tasks of `group` that the daemon holds in
+ * memory (every queued and running one, the newest finished). */
+int rok_client_list_group(rok_client *c, const char *group, int state,
+			  uint64_t after_id, uint32_t limit, rok_reply **out);
+
 int rok_client_stats(rok_client *c, rok_daemon_stats *out);
+/* The stats reply itself: (*out)->stats, and (*out)->groups per group. */
+int rok_client_stats_reply(rok_client *c, rok_reply **out);
+
+/*
+ * Lists (op ROK_GROUP_LIST, g may be NULL) or manages groups: *out's
+ * groups is every group, or the one managed as it is now (none after
+ * ROK_GROUP_RM).  Managing is for root and the daemon's own user.
+ */
+int rok_client_group(rok_client *c, int op, const rok_group_spec *g,
+		     rok_reply **out);
 
 /*
  * Deletes finished tasks (and their output) from the daemon's journal:
@@ -415,7 +500,12 @@ int rok_client_send_status(rok_client *c, const uint64_t *ids, size_t n,
 			   uint64_t *req_id);
 int rok_client_send_list(rok_client *c, int state, uint64_t after_id,
 			 uint32_t limit, uint64_t *req_id);
+int rok_client_send_list_group(rok_client *c, const char *group, int state,
+			       uint64_t after_id, uint32_t limit,
+			       uint64_t *req_id);
 int rok_client_send_stats(rok_client *c, uint64_t *req_id);
+int rok_client_send_group(rok_client *c, int op, const rok_group_spec *g,
+			  uint64_t *req_id);
 int rok_client_send_prune(rok_client *c, uint64_t older_than_ms,
 			  bool keep_set, uint64_t keep, uint64_t *req_id);
 int rok_client_send_ping(rok_client *c, const void *payload, size_t n,

@@ -18,12 +18,13 @@ from ._errors import (Cancelled, ConnectionError, Error, Internal,
                       InvalidArgument, NotFound, PermissionDenied,
                       ResourceExhausted, TaskFailed, TimedOut, Unavailable)
 from ._protocol import PROTOCOL_VERSION, socket_path
-from ._types import (STDERR, STDOUT, LogChunk, Result, ServerInfo, Spec,
-                     State)
+from ._types import (STDERR, STDOUT, Group, LogChunk, Result, ServerInfo,
+                     Spec, State)
 from .client import Client, LogStream, Task, __version__, connect
 
 __all__ = [
     "connect", "Client", "Task", "LogStream", "Result", "Spec", "State",
+    "Group",
     "ServerInfo", "LogChunk", "STDOUT", "STDERR", "socket_path",
     "PROTOCOL_VERSION", "__version__",
     "Error", "NotFound", "PermissionDenied", "InvalidArgument",

@@ -22,7 +22,8 @@ except ImportError as e:  # pragma: no cover (an uninstalled source tree)
         "built: install it (pip install --no-build-isolation "
         "./bindings/python) rather than importing the source tree") from e
 from ._errors import ConnectionError, Error, InvalidArgument, error_from_code
-from ._types import Result, Seconds, ServerInfo, Spec, State, StrOrBytes
+from ._types import (Group, Result, Seconds, ServerInfo, Spec, State,
+                     StrOrBytes)
 
 #: The protocol version this binding speaks (``Hello.protocol_version``).
 PROTOCOL_VERSION = 1
@@ -189,8 +190,14 @@ def task_ids(tasks: Iterable[object]) -> List[int]:
 
 
 SCHEDULING_UNSUPPORTED = (
-    "rokd does not support scheduling fields (group, priority, after) "
-    "yet; the protocol has no place for them")
+    "rokd does not support the scheduling field after (dependencies) "
+    "yet; the protocol has no place for it")
+
+#: Priority class names and their wire values (rok.v1.Priority).
+_PRIORITIES = {"urgent": 1, "high": 2, "normal": 3, "low": 4}
+_PRIORITY_NAMES = {0: "normal", 1: "urgent", 2: "high", 3: "normal",
+                   4: "low"}
+_POLICY_NAMES = {1: "strict", 2: "weighted"}
 
 
 def make_spec(args: Sequence[StrOrBytes] = (), kind: str = "exec",
@@ -198,13 +205,15 @@ def make_spec(args: Sequence[StrOrBytes] = (), kind: str = "exec",
               env: Optional[Mapping[StrOrBytes, StrOrBytes]] = None,
               clean_env: bool = False, cwd: Optional[StrOrBytes] = None,
               stdin: Optional[bytes] = None, retry: int = 0,
-              kill_grace: Optional[Seconds] = None) -> Spec:
+              kill_grace: Optional[Seconds] = None,
+              group: Optional[str] = None,
+              priority: Optional[str] = None) -> Spec:
     if isinstance(args, (str, bytes)):
         raise TypeError("args must be a sequence of arguments, not one "
                         "string (write [cmd] or shlex.split(cmd))")
     return Spec(args=list(args), kind=kind, timeout=timeout, env=env,
                 clean_env=clean_env, cwd=cwd, stdin=stdin, retry=retry,
-                kill_grace=kill_grace)
+                kill_grace=kill_grace, group=group, priority=priority)
 
 
 def as_spec(spec: object) -> Spec:
@@ -237,7 +246,7 @@ def task_spec(spec: Spec) -> dict:
     :func:`spec_fields`."""
     return spec_fields(spec.args, spec.kind, spec.timeout, spec.env,
                        spec.clean_env, spec.cwd, spec.stdin, spec.retry,
-                       spec.kill_grace)
+                       spec.kill_grace, spec.group, spec.priority)
 
 
 def spec_fields(args: Sequence[StrOrBytes] = (), kind: str = "exec",
@@ -245,7 +254,9 @@ def spec_fields(args: Sequence[StrOrBytes] = (), kind: str = "exec",
                 env: Optional[Mapping[StrOrBytes, StrOrBytes]] = None,
                 clean_env: bool = False, cwd: Optional[StrOrBytes] = None,
                 stdin: Optional[bytes] = None, retry: int = 0,
-                kill_grace: Optional[Seconds] = None) -> dict:
+                kill_grace: Optional[Seconds] = None,
+                group: Optional[str] = None,
+                priority: Optional[str] = None) -> dict:
     """The fields of a ``TaskSpec`` message (see :class:`Spec` for the
     defaults of exec tasks), as the dict the message constructors take.
     Only fields that differ from the protocol's defaults are set, and the
@@ -269,6 +280,14 @@ def spec_fields(args: Sequence[StrOrBytes] = (), kind: str = "exec",
         kw["retry"] = retry
     if stdin is not None:
         kw["stdin"] = bytes(stdin)
+    if group is not None:
+        kw["group"] = to_bytes(group)
+    if priority is not None:
+        p = _PRIORITIES.get(priority)
+        if p is None:
+            raise ValueError(f"priority: {priority!r} is not one of "
+                             f"urgent, high, normal, low")
+        kw["priority"] = p
     if kind == "exec":
         if not args:
             raise ValueError("an exec task needs an argv")
@@ -344,8 +363,10 @@ def status(ids: List[int]) -> "pb.Request":
 
 
 def list_page(state: Optional[str], after_id: int,
-              limit: int) -> "pb.Request":
+              limit: int, group: Optional[str] = None) -> "pb.Request":
     req = pb.Request()
+    if group is not None:
+        req.list.group = to_bytes(group)
     if state is not None:
         try:
             req.list.state = _STATE_CODES[State(state)]
@@ -361,6 +382,12 @@ def list_page(state: Optional[str], after_id: int,
 def stats() -> "pb.Request":
     req = pb.Request()
     req.stats.SetInParent()
+    return req
+
+
+def groups() -> "pb.Request":
+    req = pb.Request()
+    req.group.op = pb.GroupRequest.LIST
     return req
 
 
@@ -445,6 +472,9 @@ def result(info: "pb.TaskInfo") -> Result:
         tuple(args) if args else (),
         info.output_truncated,
         info.retries,
+        text(info.group) if info.group else "default",
+        _PRIORITY_NAMES.get(info.priority, "normal"),
+        text(info.waiting) if info.waiting else "",
     )
 
 
@@ -471,8 +501,24 @@ def cancel_results(reply: "pb.CancelReply", ids: List[int]) -> None:
 
 def stats_dict(reply: "pb.StatsReply") -> dict:
     """Every field of a stats reply, by name (fields a newer daemon adds
-    appear when this binding's rok.proto has them)."""
-    return {f.name: getattr(reply, f.name) for f in reply.DESCRIPTOR.fields}
+    appear when this binding's rok.proto has them); ``groups`` is a list of
+    dicts: name, parallel, running, queued (by class name), paused,
+    policy."""
+    d = {f.name: getattr(reply, f.name) for f in reply.DESCRIPTOR.fields
+         if f.name != "groups"}
+    d["groups"] = [{
+        "name": text(g.name), "parallel": g.parallel, "running": g.running,
+        "queued": dict(zip(("urgent", "high", "normal", "low"),
+                           list(g.queued) + [0] * (4 - len(g.queued)))),
+        "paused": g.paused, "policy": _POLICY_NAMES.get(g.policy, "strict"),
+    } for g in reply.groups]
+    return d
+
+
+def group_list(reply: "pb.GroupReply") -> List[Group]:
+    return [Group(text(g.name), g.parallel,
+                  _POLICY_NAMES.get(g.policy, "strict"), text(g.backend),
+                  g.paused, tuple(g.weights)) for g in reply.groups]
 
 
 def log_chunks(reply: "pb.LogsReply") -> List[Tuple[int, bytes]]:

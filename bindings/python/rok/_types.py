@@ -78,6 +78,12 @@ class Result:
     output_truncated: bool = False
     #: Times the task was run again because rokd stopped while it ran.
     retries: int = 0
+    #: Its group ("default" unless spawned with one).
+    group: str = "default"
+    #: Its priority class: "urgent", "high", "normal" or "low".
+    priority: str = "normal"
+    #: A queued task: why it waits, for people ("" otherwise).
+    waiting: str = ""
 
     @property
     def ok(self) -> bool:
@@ -142,6 +148,25 @@ class Spec:
     retry: int = 0
     #: exec: seconds from SIGTERM to SIGKILL on cancel; None: the daemon's.
     kill_grace: Optional[Seconds] = None
+    #: The group it runs in; None: "default".
+    group: Optional[str] = None
+    #: Its class: "urgent", "high", "normal" or "low"; None: normal.
+    priority: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Group:
+    """A group of rokd (``rok.v1.GroupInfo``): at most ``parallel`` exec
+    tasks of it run at once (0: no limit), the others wait queued by class
+    (``policy`` "strict" or "weighted", with ``weights`` for urgent, high,
+    normal, low) and fairly between users."""
+
+    name: str
+    parallel: int
+    policy: str
+    backend: str
+    paused: bool
+    weights: Tuple[int, ...]
 
 
 @dataclass(frozen=True)

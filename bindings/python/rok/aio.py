@@ -36,8 +36,8 @@ from . import rok_pb2 as pb
 from ._errors import (Cancelled, ConnectionError, Error, Internal,
                       InvalidArgument, NotFound, PermissionDenied,
                       ResourceExhausted, TaskFailed, TimedOut, Unavailable)
-from ._types import (STDERR, STDOUT, LogChunk, Result, Seconds, ServerInfo,
-                     Spec, State, StrOrBytes)
+from ._types import (STDERR, STDOUT, Group, LogChunk, Result, Seconds,
+                     ServerInfo, Spec, State, StrOrBytes)
 from .client import _SOFTWARE, _spec
 
 # The data types and errors are rok's own, re-exported so that rok.aio
@@ -491,12 +491,13 @@ class Client:
         return [P.result(t) for t in reply.tasks]
 
     async def list(self, state: Optional[str] = None, after: int = 0,
-                   page_size: int = 0) -> AsyncIterator[Result]:
+                   page_size: int = 0,
+                   group: Optional[str] = None) -> AsyncIterator[Result]:
         """As :meth:`rok.Client.list`: ``async for result in
         client.list():`` pages on demand."""
         while True:
             reply = await self._conn.call(
-                P.list_page(state, after, page_size), "list")
+                P.list_page(state, after, page_size, group), "list")
             for info in reply.tasks:
                 after = info.id
                 yield P.result(info)
@@ -512,9 +513,13 @@ class Client:
         """A :class:`Task` for an id."""
         return Task(self, P.task_id(task_id))
 
-    async def stats(self) -> Dict[str, int]:
+    async def stats(self) -> Dict[str, Any]:
         """As :meth:`rok.Client.stats`."""
         return P.stats_dict(await self._conn.call(P.stats(), "stats"))
+
+    async def groups(self) -> List[Group]:
+        """As :meth:`rok.Client.groups`."""
+        return P.group_list(await self._conn.call(P.groups(), "group"))
 
     async def ping(self, payload: bytes = b"") -> float:
         """As :meth:`rok.Client.ping`."""

@@ -23,13 +23,14 @@ import collections
 import socket as _socket
 import threading
 import time
-from typing import (Deque, Dict, Iterable, Iterator, List, Mapping, Optional,
-                    Sequence, Tuple)
+from typing import (Any, Deque, Dict, Iterable, Iterator, List, Mapping,
+                    Optional, Sequence, Tuple)
 
 from . import _protocol as P
 from . import rok_pb2 as pb
 from ._errors import ConnectionError, Error
-from ._types import LogChunk, Result, Seconds, ServerInfo, StrOrBytes
+from ._types import (Group, LogChunk, Result, Seconds, ServerInfo,
+                     StrOrBytes)
 
 __version__ = "0.1.0"
 _SOFTWARE = f"rok-python {__version__}"
@@ -321,9 +322,11 @@ class Client:
         Exec tasks get this process's environment and working directory
         unless ``env`` / ``cwd`` say otherwise (see :class:`rok.Spec`).
 
-        ``group``, ``priority`` and ``after`` (the scheduling policy) are
-        not in rokd's protocol yet: passing any of them raises
-        ``NotImplementedError`` rather than dropping it silently."""
+        ``group`` (a group of the daemon's, ``rokctl group list``; None:
+        "default") and ``priority`` ("urgent", "high", "normal", "low")
+        place an exec task in its group's queue.  ``after`` is not in
+        rokd's protocol yet: passing it raises ``NotImplementedError``
+        rather than dropping it silently."""
         spec = _spec(args, kind, timeout, env, cwd, stdin, clean_env, retry,
                      kill_grace, group, priority, after)
         reply = self._conn.call(P.spawn(spec), "spawn")
@@ -384,15 +387,17 @@ class Client:
         return [P.result(t) for t in reply.tasks]
 
     def list(self, state: Optional[str] = None, after: int = 0,
-             page_size: int = 0) -> Iterator[Result]:
+             page_size: int = 0,
+             group: Optional[str] = None) -> Iterator[Result]:
         """Every task visible to the caller with an id above ``after``, in
         increasing id order, optionally only those in ``state`` (a
-        :class:`rok.State` or its name).  A generator: it asks for the next
-        page (``page_size`` tasks; 0: the daemon's default) when the
-        previous one is used up."""
+        :class:`rok.State` or its name) or of ``group`` (those rokd holds
+        in memory: every queued and running one, the newest finished).  A
+        generator: it asks for the next page (``page_size`` tasks; 0: the
+        daemon's default) when the previous one is used up."""
         while True:
-            reply = self._conn.call(P.list_page(state, after, page_size),
-                                    "list")
+            reply = self._conn.call(P.list_page(state, after, page_size,
+                                                group), "list")
             for info in reply.tasks:
                 after = info.id
                 yield P.result(info)
@@ -410,9 +415,13 @@ class Client:
 
     # -- the daemon --
 
-    def stats(self) -> Dict[str, int]:
+    def stats(self) -> Dict[str, Any]:
         """The daemon's counters (``rok.v1.StatsReply``) by field name."""
         return P.stats_dict(self._conn.call(P.stats(), "stats"))
+
+    def groups(self) -> List[Group]:
+        """The daemon's groups (:class:`rok.Group`), in name order."""
+        return P.group_list(self._conn.call(P.groups(), "group"))
 
     def ping(self, payload: bytes = b"") -> float:
         """Round trip to the daemon; returns the seconds it took."""
@@ -438,10 +447,11 @@ def _spec(args: Sequence[StrOrBytes], kind: str,
           clean_env: bool, retry: int, kill_grace: Optional[Seconds],
           group: object, priority: object, after: object) -> dict:
     """The TaskSpec fields of spawn's arguments (shared with rok.aio)."""
-    if group is not None or priority is not None or after is not None:
+    if after is not None:
         raise NotImplementedError(P.SCHEDULING_UNSUPPORTED)
     return P.spec_fields(args, kind, timeout, env, clean_env, cwd, stdin,
-                         retry, kill_grace)
+                         retry, kill_grace, group,  # type: ignore[arg-type]
+                         priority)  # type: ignore[arg-type]
 
 
 def connect(socket: Optional[StrOrBytes] = None,

@@ -67,6 +67,9 @@ class Rokd:
         self.log = os.path.join(self.dir, "rokd.log")
         argv = [ROKD, "-s", self.socket, "-S", os.path.join(self.dir, "state"),
                 "-w", str(workers)]
+        # Exec tasks run as many at once as a test spawns: the group
+        # default without a limit, unless the test sets one.
+        config = {"group.default.parallel": "0", **(config or {})}
         if config:
             conf = os.path.join(self.dir, "rokd.conf")
             with open(conf, "w") as f:

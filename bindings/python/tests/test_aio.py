@@ -50,7 +50,11 @@ def test_every_call(rokd, tmp_path):
             with pytest.raises(rok.InvalidArgument):
                 await c.spawn(kind="no-such-kind")
             with pytest.raises(NotImplementedError):
-                await c.spawn(["true"], priority="high")
+                await c.spawn(["true"], after=[1])
+            h = await c.spawn(["true"], priority="high", group="default")
+            r = await h.join()
+            assert (r.group, r.priority) == ("default", "high")
+            assert [g.name for g in await c.groups()] == ["default"]
             assert await c.prune(keep=0) >= 1
         # plain await works too
         c = await rok.aio.connect(rokd.socket)

@@ -203,9 +203,40 @@ def test_logs_stream_abandoned_early(client):
 
 
 def test_scheduling_fields_are_refused_not_dropped(client):
-    for kw in ({"group": "g"}, {"priority": "high"}, {"after": [1]}):
-        with pytest.raises(NotImplementedError, match="scheduling"):
-            client.spawn(["true"], **kw)
+    with pytest.raises(NotImplementedError, match="scheduling"):
+        client.spawn(["true"], after=[1])
+
+
+def test_groups_and_priorities(make_rokd):
+    d = make_rokd({"group.one.parallel": "1", "group.one.paused": "yes",
+                   "aging": "0"})
+    with rok.connect(d.socket) as c:
+        gs = {g.name: g for g in c.groups()}
+        assert set(gs) == {"default", "one"}
+        assert gs["one"] == rok.Group("one", 1, "strict", "local", True,
+                                      (50, 30, 15, 5))
+        low = c.spawn(["true"], group="one", priority="low")
+        urgent = c.spawn(["true"], group="one", priority="urgent")
+        s = low.status()
+        assert (s.state, s.group, s.priority) == ("queued", "one", "low")
+        assert s.waiting == "group one paused"
+        assert [r.id for r in c.list(group="one")] == [low.id, urgent.id]
+        st = c.stats()
+        one = [g for g in st["groups"] if g["name"] == "one"][0]
+        assert one["queued"] == {"urgent": 1, "high": 0, "normal": 0,
+                                 "low": 1}
+        assert one["paused"] and one["parallel"] == 1
+        # a built-in kind takes no slot: it runs in a paused group
+        assert c.run(kind="noop", args=[]).ok
+        with pytest.raises(rok.InvalidArgument, match="unknown group"):
+            c.spawn(["true"], group="nosuch")
+        with pytest.raises(ValueError):
+            c.spawn(["true"], priority="soon")
+        urgent.cancel()
+        low.cancel()
+        assert urgent.join().state == "cancelled"
+        r = c.spawn(["true"]).join()
+        assert (r.group, r.priority, r.waiting) == ("default", "normal", "")
 
 
 def test_bad_arguments(client):

@@ -1,0 +1,241 @@
+/*
+ * qcore.c — who gets a group's next free slot (see qcore.h).
+ *
+ * The queue of a group is a FIFO per (user, class): an entry joins the
+ * tail of its user's FIFO of its class, so the head of each FIFO is the
+ * oldest entry of that user in that class.  A grant looks only at these
+ * heads — at most 4 per user with queued work — never at the entries
+ * behind them: O(U) per grant for U users, however many entries are
+ * queued (one user's 10,000 entries cost the same as one).
+ *
+ * Strict (the default): the head with the highest class wins, where a
+ * queued entry rises one class per aging interval (so a low entry counts
+ * as urgent after 3 intervals); ties go to the user with the fewest
+ * running entries in the group (fair share), then to the oldest entry.
+ * Once an entry counts as urgent, only entries that count as urgent too
+ * and either belong to a user with fewer running entries or were queued
+ * before it can start ahead of it: that is the bound rokd.conf(5) states.
+ *
+ * Weighted: stride scheduling over the classes.  Each class has a pass;
+ * a grant goes to the class with queued entries whose pass is lowest, and
+ * adds STRIDE / weight to it, so over many grants the classes with queued
+ * entries get slots in proportion to their weights.  A class that had
+ * nothing queued restarts from the pass of the last grant (vtime): an
+ * idle class neither banks credit nor loses its turn, and while it is
+ * empty its share goes to the others.  Inside the class, fair share as
+ * above.  Aging does not apply: every class with a weight gets its share.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qcore.h"
+
+#define QCORE_STRIDE ((uint64_t)1 << 32)
+
+const uint32_t qcore_default_weights[QCLS_N] = { 50, 30, 15, 5 };
+
+void qcore_init(struct qgroup *g)
+{
+	memset(g, 0, sizeof(*g));
+	g->policy = QPOLICY_STRICT;
+	memcpy(g->weights, qcore_default_weights, sizeof(g->weights));
+}
+
+void qcore_done(struct qgroup *g)
+{
+	struct quser *u = g->users;
+
+	while (u != NULL) {
+		struct quser *next = u->next;
+		free(u);
+		u = next;
+	}
+	g->users = NULL;
+}
+
+static struct quser *qcore_user(struct qgroup *g, uid_t uid)
+{
+	for (struct quser *u = g->users; u != NULL; u = u->next)
+		if (u->uid == uid)
+			return u;
+	struct quser *u = calloc(1, sizeof(*u));
+	if (u == NULL)
+		return NULL;
+	u->uid = uid;
+	u->next = g->users;
+	g->users = u;
+	return u;
+}
+
+/* Frees u once it holds nothing in the group. */
+static void qcore_user_gc(struct qgroup *g, struct quser *u)
+{
+	if (u->running > 0 || u->nqueued > 0)
+		return;
+	for (struct quser **p = &g->users; *p != NULL; p = &(*p)->next) {
+		if (*p == u) {
+			*p = u->next;
+			free(u);
+			return;
+		}
+	}
+}
+
+static int qcore_cls(int cls)
+{
+	return cls < 0 || cls >= QCLS_N ? QCLS_NORMAL : cls;
+}
+
+int qcore_push(struct qgroup *g, struct qent *e, uid_t uid, int cls,
+               int64_t now)
+{
+	struct quser *u = qcore_user(g, uid);
+
+	if (u == NULL)
+		return -ENOMEM;
+	cls = qcore_cls(cls);
+	if (g->queued[cls] == 0 && g->pass[cls] < g->vtime)
+		g->pass[cls] = g->vtime;
+	e->user = u;
+	e->cls = (uint8_t)cls;
+	e->seq = g->seq++;
+	e->enq_ns = now;
+	e->queued = true;
+	e->next = NULL;
+	e->prev = u->tail[cls];
+	if (u->tail[cls] != NULL)
+		u->tail[cls]->next = e;
+	else
+		u->head[cls] = e;
+	u->tail[cls] = e;
+	u->nqueued++;
+	g->queued[cls]++;
+	return 0;
+}
+
+bool qcore_can_grant(const struct qgroup *g)
+{
+	return !g->paused && (g->parallel == 0 || g->running < g->parallel);
+}
+
+int qcore_class_now(const struct qgroup *g, const struct qent *e, int64_t now)
+{
+	if (g->policy != QPOLICY_STRICT || g->aging_ns <= 0 || now <= e->enq_ns)
+		return e->cls;
+	int64_t steps = (now - e->enq_ns) / g->aging_ns;
+	return steps >= e->cls ? 0 : e->cls - (int)steps;
+}
+
+/* Lexicographic (cls, running, seq): whether a beats b. */
+static bool qcore_better(int acls, const struct qent *a, int bcls,
+                         const struct qent *b)
+{
+	if (b == NULL)
+		return true;
+	if (acls != bcls)
+		return acls < bcls;
+	if (a->user->running != b->user->running)
+		return a->user->running < b->user->running;
+	return a->seq < b->seq;
+}
+
+static void qcore_unlink(struct qgroup *g, struct qent *e)
+{
+	struct quser *u = e->user;
+
+	if (e->prev != NULL)
+		e->prev->next = e->next;
+	else
+		u->head[e->cls] = e->next;
+	if (e->next != NULL)
+		e->next->prev = e->prev;
+	else
+		u->tail[e->cls] = e->prev;
+	e->prev = e->next = NULL;
+	e->queued = false;
+	u->nqueued--;
+	g->queued[e->cls]--;
+}
+
+static void qcore_grant(struct qgroup *g, struct qent *e)
+{
+	qcore_unlink(g, e);
+	e->user->running++;
+	g->running++;
+	g->granted[e->cls]++;
+}
+
+/* Weighted: the class with queued entries and the lowest pass. */
+static int qcore_weighted_class(struct qgroup *g)
+{
+	int best = -1;
+
+	for (int c = 0; c < QCLS_N; c++)
+		if (g->queued[c] > 0 && (best < 0 || g->pass[c] < g->pass[best]))
+			best = c;
+	return best;
+}
+
+struct qent *qcore_pick(struct qgroup *g, int64_t now)
+{
+	struct qent *best = NULL;
+	int bcls = QCLS_N;
+
+	if (!qcore_can_grant(g) || qcore_queued(g) == 0)
+		return NULL;
+	if (g->policy == QPOLICY_WEIGHTED) {
+		int c = qcore_weighted_class(g);
+		for (struct quser *u = g->users; u != NULL; u = u->next)
+			if (u->head[c] != NULL &&
+			    qcore_better(c, u->head[c], c, best))
+				best = u->head[c];
+		uint32_t w = g->weights[c];
+		g->vtime = g->pass[c];
+		g->pass[c] += QCORE_STRIDE / (w > 0 ? w : 1);
+	} else {
+		for (struct quser *u = g->users; u != NULL; u = u->next) {
+			for (int c = 0; c < QCLS_N; c++) {
+				struct qent *e = u->head[c];
+				if (e == NULL)
+					continue;
+				int ec = qcore_class_now(g, e, now);
+				if (qcore_better(ec, e, bcls, best)) {
+					best = e;
+					bcls = ec;
+				}
+			}
+		}
+	}
+	if (best != NULL)
+		qcore_grant(g, best);
+	return best;
+}
+
+void qcore_release(struct qgroup *g, struct qent *e)
+{
+	struct quser *u = e->user;
+
+	u->running--;
+	g->running--;
+	e->user = NULL;
+	qcore_user_gc(g, u);
+}
+
+void qcore_remove(struct qgroup *g, struct qent *e)
+{
+	struct quser *u = e->user;
+
+	qcore_unlink(g, e);
+	e->user = NULL;
+	qcore_user_gc(g, u);
+}
+
+uint64_t qcore_queued(const struct qgroup *g)
+{
+	uint64_t n = 0;
+
+	for (int c = 0; c < QCLS_N; c++)
+		n += g->queued[c];
+	return n;
+}

@@ -144,6 +144,9 @@ static void reply_task(struct reply_box *b, const Rok__V1__TaskInfo *m,
 	t->finished_us = m->finished_us;
 	t->output_truncated = m->output_truncated;
 	t->retries = m->retries;
+	t->waiting = reply_bytes(b, m->waiting);
+	t->run = m->run;
+	t->not_before_us = m->not_before_us;
 	t->reason = reply_bytes(b, m->reason);
 	reply_error(b, m->error, &t->error);
 	args = reply_array(b, m->n_args, sizeof(*args));

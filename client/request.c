@@ -81,6 +81,14 @@ static int request_spec(const rok_spec *spec, Rok__V1__TaskSpec *m,
 	m->stdin = request_bytes(spec->stdin_data, spec->stdin_len);
 	m->retry = spec->retry;
 	m->kill_grace_ms = spec->kill_grace_ms;
+	/* Borrowed for the call, as the strings: packing only reads them. */
+	m->n_after = spec->n_after;
+	m->after = (uint64_t *)(uintptr_t)spec->after;
+	m->n_after_any = spec->n_after_any;
+	m->after_any = (uint64_t *)(uintptr_t)spec->after_any;
+	m->not_before_us = spec->not_before_us;
+	m->retry_failed = spec->retry_failed;
+	m->backoff_ms = spec->backoff_ms;
 	*bufs = v;
 	return 0;
 }

@@ -54,6 +54,7 @@ enum {
 	JEV_CANCEL,
 	JEV_PRUNE,
 	JEV_EXEC,
+	JEV_REQUEUE,
 };
 
 struct jev {
@@ -73,6 +74,10 @@ struct jev {
 		struct {
 			uint64_t started_us;
 		} st;
+		struct {
+			uint32_t run;
+			uint64_t next_us;
+		} rq;
 		struct {
 			int64_t pgid;              /* 0: the group is gone */
 			uint64_t start_ticks;
@@ -101,6 +106,7 @@ enum {
 	JST_CANCEL,
 	JST_MAXID,
 	JST_EXEC,
+	JST_REQUEUE,
 	JST_COUNT,
 };
 
@@ -124,6 +130,11 @@ static const char *const journal_sql[JST_COUNT] = {
 	/* NULL binds (the group is gone) clear both. */
 	[JST_EXEC] = "UPDATE tasks SET pgid = ?2, pg_start = ?3 "
 	             "WHERE id = ?1 AND state < 3",
+	/* A failed run with retries left: queued again, its run's group
+	 * gone (the run ended, its processes with it). */
+	[JST_REQUEUE] = "UPDATE tasks SET state = 1, run = ?2, next_us = ?3, "
+	                "started_us = 0, pgid = NULL, pg_start = NULL "
+	                "WHERE id = ?1 AND state < 3",
 };
 
 static struct {
@@ -355,6 +366,22 @@ void journal_finished(const struct journal_finish *f)
 	journal_push_one(e);
 }
 
+void journal_requeued(uint64_t id, uint32_t run, uint64_t next_us)
+{
+	struct jev *e = calloc(1, sizeof(*e));
+
+	if (e == NULL) {
+		log_warnx("journal: out of memory; task %llu's retry is not "
+		          "recorded", (unsigned long long)id);
+		return;
+	}
+	e->type = JEV_REQUEUE;
+	e->id = id;
+	e->u.rq.run = run;
+	e->u.rq.next_us = next_us;
+	journal_push_one(e);
+}
+
 void journal_cancel_requested(uint64_t id)
 {
 	struct jev *e = calloc(1, sizeof(*e));
@@ -538,6 +565,12 @@ static int journal_write(const struct jev *e, const struct journal_idset *fin)
 			sqlite3_bind_int64(st, 3,
 			                   (sqlite3_int64)e->u.ex.start_ticks);
 		}
+		return journal_step(st);
+	case JEV_REQUEUE:
+		st = journal.st[JST_REQUEUE];
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)e->id);
+		sqlite3_bind_int64(st, 2, e->u.rq.run);
+		sqlite3_bind_int64(st, 3, (sqlite3_int64)e->u.rq.next_us);
 		return journal_step(st);
 	case JEV_CANCEL:
 		st = journal.st[JST_CANCEL];

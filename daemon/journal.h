@@ -16,7 +16,7 @@
 /* "ROKJ": PRAGMA application_id of a rok journal. */
 #define JOURNAL_APPLICATION_ID 0x524f4b4a
 /* PRAGMA user_version this rokd writes (the last migration step). */
-#define JOURNAL_SCHEMA_VERSION 2
+#define JOURNAL_SCHEMA_VERSION 3
 
 /* ---- journal-schema.c (main thread, before the journal thread runs) --- */
 /*
@@ -82,6 +82,9 @@ struct journal_finish {
 };
 void journal_finished(const struct journal_finish *f);
 void journal_cancel_requested(uint64_t id);
+/* A failed run of id with retries left: queued again as run `run`, not
+ * before next_us (wall clock). */
+void journal_requeued(uint64_t id, uint32_t run, uint64_t next_us);
 /*
  * Any thread: the child of exec task `id` started and leads process group
  * `pgid`, which it created at `start_ticks` (/proc/<pid>/stat field 22).

@@ -69,8 +69,9 @@ static rok_poll runner_poll(rok_cx *cx, void *frame)
 		if (how != RT_SUCCEEDED)
 			o.state = how;
 		uint64_t id = tasktab_id(f->rec);
-		tasktab_finish(f->rec, &o);   /* f->rec may go from here on */
-		if (f->reply.conn != NULL)
+		/* f->rec may go from here on.  A gated task, which may run
+		 * again, never has a reply here (its waiter answers). */
+		if (tasktab_finish(f->rec, &o) && f->reply.conn != NULL)
 			tasktab_reply(id, &f->reply);
 		logs_notify(id);   /* followers of its output see the end */
 	}

@@ -459,6 +459,7 @@ int main(int argc, char **argv)
 	rokd_notify("STOPPING=1");
 	if (reactor_call(rokd_shutdown_cb, NULL) < 0)
 		log_warnx("could not reach the reactor to stop accepting");
+	gate_stop();   /* waiting tasks stay queued for the next start */
 	tasktab_cancel_all();
 	/* Exec tasks end once their children are dead: give them their kill
 	 * grace before the runtime's own cancel, which kills at once. */
@@ -485,6 +486,7 @@ int main(int argc, char **argv)
 		conn_free_leftovers();   /* the reactor thread has ended */
 	/* Every task has ended and told the journal: write it all. */
 	journal_stop();
+	gate_free();
 	tasktab_free();
 	config_free(&config);
 	log_info("stopped");

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include "journal.h"
 #include "rokd.h"
@@ -51,6 +52,15 @@ struct rtask {
 	void *ctl;                     /* kind->cancel's argument, if set */
 	uint64_t spawned_us, started_us, finished_us;
 	uint32_t retries;              /* runs again after an interruption */
+	uint32_t run;                  /* 1 = first run (retry_failed) */
+	uint32_t retry_failed;         /* from the spec: more runs on failure */
+	uint64_t backoff_ms;
+	uint64_t not_before_us;        /* queued: delay or retry backoff */
+	uint64_t wait_dep;             /* queued: a dependency not ended yet */
+	bool gated;                    /* gate.c holds it: gate_ended hears
+	                                  of its end */
+	rok_task *life;                /* gated: ends with its final outcome,
+	                                  for joins (gate.c) */
 	bool cancel_requested;         /* by a client, not by the shutdown */
 	bool gone;                     /* pruned: no longer visible */
 	rok_task *handle;              /* the runtime task, until finished */
@@ -91,6 +101,7 @@ int tasktab_init(void)
 static void tasktab_free_record(struct rtask *r)
 {
 	rok_task_unref(r->handle);
+	rok_task_unref(r->life);
 	free(r->args);
 	free(r->value);
 	free(r->reason);
@@ -227,6 +238,9 @@ static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
 	r->kind = k;
 	r->state = RT_QUEUED;
 	r->spawned_us = tasktab_now_us();
+	r->run = 1;
+	r->retry_failed = spec->retry_failed;
+	r->backoff_ms = spec->backoff_ms;
 	return r;
 }
 
@@ -423,9 +437,48 @@ void tasktab_running(struct rtask *r)
 		journal_started(id, us);
 }
 
-void tasktab_finish(struct rtask *r, struct rt_outcome *o)
+/*
+ * Lock held.  A failed run with retry_failed runs left: back to queued,
+ * run + 1, not before now + backoff_ms * 2^(run - 2) (saturated, capped at
+ * DURATION_MAX_MS).  Cancelled and timed-out runs are final: a cancel is
+ * the client's word, and a timeout is the client's own limit, which the
+ * next run would likely pass as well.  The output kept is the last run's
+ * (each exec run starts a fresh file).
+ */
+static bool tasktab_requeue(struct rtask *r, const struct rt_outcome *o)
+{
+	if (o->state != RT_FAILED || !r->gated || r->cancel_requested ||
+	    tab.stopping || r->run > r->retry_failed)
+		return false;
+	uint64_t ms = r->backoff_ms;
+	for (uint32_t k = 1; k < r->run && ms < DURATION_MAX_MS; k++)
+		ms *= 2;   /* ms < 2^39 before: no wrap */
+	if (ms > DURATION_MAX_MS)
+		ms = DURATION_MAX_MS;
+	r->run++;
+	r->not_before_us = tasktab_now_us() + ms * 1000;
+	tasktab_set_state(r, RT_QUEUED);
+	r->started_us = 0;
+	r->ctl = NULL;
+	return true;
+}
+
+bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 {
 	pthread_mutex_lock(&tab.lock);
+	if (tasktab_requeue(r, o)) {
+		uint64_t id = r->id, nb = r->not_before_us;
+		uint32_t run = r->run;
+		rok_task *h = r->handle;
+		r->handle = NULL;
+		journal_requeued(id, run, nb);
+		pthread_mutex_unlock(&tab.lock);
+		free(o->value);
+		o->value = NULL;
+		rok_task_unref(h);   /* as below: the runner holds its own */
+		gate_retry(id, nb);
+		return false;
+	}
 	/* Cancelled by the shutdown, not by a client: interrupted, and its
 	 * row stays unfinished for the next start to deal with. */
 	bool journaled = true;
@@ -450,8 +503,13 @@ void tasktab_finish(struct rtask *r, struct rt_outcome *o)
 	if (o->reason[0] != '\0')
 		r->reason = strdup(o->reason);   /* NULL on ENOMEM: no reason */
 	/* The runtime task is about to end: joiners see this record. */
-	rok_task *h = r->handle;
+	rok_task *h = r->handle, *life = r->life;
 	r->handle = NULL;
+	r->life = NULL;
+	r->wait_dep = 0;
+	uint64_t id = r->id;
+	int state = r->state;
+	bool gated = r->gated;
 	if (tab.ftail != NULL)
 		tab.ftail->fnext = r;
 	else
@@ -479,6 +537,13 @@ void tasktab_finish(struct rtask *r, struct rt_outcome *o)
 	 * runtime's own reference, so this never frees the running task.
 	 */
 	rok_task_unref(h);
+	/* Waits on a gated task end now, with the record final. */
+	if (life != NULL) {
+		rok_task_cancel(life);
+		rok_task_unref(life);
+	}
+	gate_ended(id, state, gated);
+	return true;
 }
 
 /* Lock held: the record as `uid` may see it, or an error code. */
@@ -502,7 +567,9 @@ int tasktab_lookup(uint64_t id, uid_t uid, rok_task **handle)
 	*handle = NULL;
 	pthread_mutex_lock(&tab.lock);
 	int code = tasktab_visible(id, uid, &r);
-	if (code == 0 && r->handle != NULL)
+	if (code == 0 && r->life != NULL)   /* gated: its final outcome */
+		*handle = rok_task_ref(r->life);
+	else if (code == 0 && r->handle != NULL)
 		*handle = rok_task_ref(r->handle);
 	/* An id never handed out is in no journal row either: no read. */
 	bool absent = code == ROK__V1__ERROR_CODE__NOT_FOUND && r == NULL &&
@@ -542,6 +609,32 @@ static uint8_t *tasktab_dup(const void *p, size_t n)
 	return d;
 }
 
+/* Lock held.  Why a gated queued record waits, for people. */
+static void tasktab_fill_waiting(const struct rtask *r, TaskInfo *info)
+{
+	char buf[128], at[64] = "";
+
+	if (r->not_before_us != 0) {
+		time_t t = (time_t)(r->not_before_us / 1000000);
+		struct tm tm;
+		if (localtime_r(&t, &tm) != NULL)
+			strftime(at, sizeof(at), "%Y-%m-%d %H:%M:%S", &tm);
+		info->not_before_us = r->not_before_us;
+	}
+	if (r->wait_dep != 0)
+		snprintf(buf, sizeof(buf), "after task %llu",
+		         (unsigned long long)r->wait_dep);
+	else if (r->run > 1 && at[0] != '\0')
+		snprintf(buf, sizeof(buf), "retry %u of %u at %s", r->run - 1,
+		         r->retry_failed, at);
+	else if (at[0] != '\0' && r->not_before_us > tasktab_now_us())
+		snprintf(buf, sizeof(buf), "not before %s", at);
+	else
+		return;
+	info->waiting.data = tasktab_dup(buf, strlen(buf));
+	info->waiting.len = info->waiting.data != NULL ? strlen(buf) : 0;
+}
+
 /* Lock held.  Fills info from r with copies. */
 static void tasktab_fill(const struct rtask *r, TaskInfo *info)
 {
@@ -562,6 +655,9 @@ static void tasktab_fill(const struct rtask *r, TaskInfo *info)
 	info->started_us = r->started_us;
 	info->finished_us = r->finished_us;
 	info->retries = r->retries;
+	info->run = r->run;
+	if (r->state == RT_QUEUED && r->gated)
+		tasktab_fill_waiting(r, info);
 	if (r->reason != NULL && (info->reason.data = tasktab_dup(
 		                          r->reason, strlen(r->reason))) != NULL)
 		info->reason.len = strlen(r->reason);
@@ -648,6 +744,7 @@ void tasktab_infos_free(TaskInfo **infos, size_t n)
 void tasktab_info_free(TaskInfo *info)
 {
 	free(info->value.data);
+	free(info->waiting.data);
 	free(info->reason.data);
 	for (size_t i = 0; i < info->n_args; i++)
 		free(info->args[i].data);
@@ -681,6 +778,7 @@ int tasktab_cancel(uint64_t id, uid_t uid)
 	bool live = code == 0 &&
 	            (r->state == RT_QUEUED || r->state == RT_RUNNING);
 	bool journal = live && !r->cancel_requested;
+	bool gated = live && r->gated;
 	if (live) {
 		r->cancel_requested = true;
 		tasktab_cancel_one(r);
@@ -690,6 +788,8 @@ int tasktab_cancel(uint64_t id, uid_t uid)
 	pthread_mutex_unlock(&tab.lock);
 	if (journal)
 		journal_cancel_requested(id);
+	if (gated)   /* waiting in the gate: ended there, if not started */
+		gate_cancel(id);
 	if (absent)   /* finished before a restart: nothing to cancel */
 		code = journal_read_info(id, uid, NULL);
 	return code;
@@ -808,6 +908,65 @@ size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
 	return n;
 }
 
+int tasktab_dep_visible(uint64_t id, uid_t uid)
+{
+	struct rtask *r;
+
+	pthread_mutex_lock(&tab.lock);
+	int code = tasktab_visible(id, uid, &r);
+	bool absent = code == ROK__V1__ERROR_CODE__NOT_FOUND &&
+	              id < tab.next_id && tasktab_find(id) == NULL;
+	pthread_mutex_unlock(&tab.lock);
+	/* Evicted from memory: a point read by primary key.  On the reactor
+	 * thread at spawn; only for dependencies that finished long ago. */
+	if (absent)
+		code = journal_read_info(id, uid, NULL);
+	return code;
+}
+
+int tasktab_dep_state(uint64_t id)
+{
+	pthread_mutex_lock(&tab.lock);
+	struct rtask *r = tasktab_find(id);
+	int st = r == NULL ? -1 : r->gone ? 0 : r->state;
+	pthread_mutex_unlock(&tab.lock);
+	return st;
+}
+
+void tasktab_set_life(struct rtask *r, rok_task *life)
+{
+	pthread_mutex_lock(&tab.lock);
+	r->gated = true;
+	rok_task_unref(r->life);
+	r->life = life;
+	pthread_mutex_unlock(&tab.lock);
+}
+
+void tasktab_set_wait(struct rtask *r, uint64_t dep, uint64_t not_before_us)
+{
+	pthread_mutex_lock(&tab.lock);
+	r->gated = true;
+	r->wait_dep = dep;
+	r->not_before_us = not_before_us;
+	pthread_mutex_unlock(&tab.lock);
+}
+
+uint64_t tasktab_not_before(const struct rtask *r)
+{
+	pthread_mutex_lock(&tab.lock);
+	uint64_t nb = r->not_before_us;
+	pthread_mutex_unlock(&tab.lock);
+	return nb;
+}
+
+void tasktab_set_run(struct rtask *r, uint32_t run, uint64_t not_before_us)
+{
+	pthread_mutex_lock(&tab.lock);
+	r->run = run > 0 ? run : 1;
+	r->not_before_us = not_before_us;
+	pthread_mutex_unlock(&tab.lock);
+}
+
 void tasktab_counts(uint64_t counts[RT_NSTATES])
 {
 	pthread_mutex_lock(&tab.lock);
@@ -819,8 +978,13 @@ void tasktab_cancel_all(void)
 {
 	pthread_mutex_lock(&tab.lock);
 	tab.stopping = true;
-	for (struct rtask *r = tab.head; r != NULL; r = r->next)
+	for (struct rtask *r = tab.head; r != NULL; r = r->next) {
 		if (r->state == RT_QUEUED || r->state == RT_RUNNING)
 			tasktab_cancel_one(r);
+		/* Waits on a task held by the gate end now (it stays queued
+		 * in the journal), not at the runtime's stop. */
+		if (r->life != NULL)
+			rok_task_cancel(r->life);
+	}
 	pthread_mutex_unlock(&tab.lock);
 }

@@ -38,6 +38,11 @@ int cmd_create_task(struct conn *c, const TaskSpec *spec, struct rtask **out,
 		         (unsigned long long)config.max_queued);
 		return ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED;
 	}
+	if (e == -EDQUOT || e == -EUSERS) {
+		quota_explain(conn_uid(c), e == -EDQUOT ? QUOTA_QUEUED
+		              : QUOTA_RUNNING, err, len);
+		return ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED;
+	}
 	if (e < 0) {
 		snprintf(err, len, "out of memory");
 		return ROK__V1__ERROR_CODE__INTERNAL;

@@ -92,7 +92,7 @@ struct jev {
 			int exit_code, signal;
 		} fi;
 		struct {
-			uint64_t before_us, keep;
+			uint64_t before_us, keep, keep_per_user;
 			journal_prune_fn *done;
 			void *arg;
 		} pr;
@@ -393,8 +393,8 @@ void journal_cancel_requested(uint64_t id)
 	journal_push_one(e);
 }
 
-int journal_prune(uint64_t before_us, uint64_t keep, journal_prune_fn *done,
-                  void *arg)
+int journal_prune(uint64_t before_us, uint64_t keep, uint64_t keep_per_user,
+                  journal_prune_fn *done, void *arg)
 {
 	struct jev *e = calloc(1, sizeof(*e));
 
@@ -403,6 +403,7 @@ int journal_prune(uint64_t before_us, uint64_t keep, journal_prune_fn *done,
 	e->type = JEV_PRUNE;
 	e->u.pr.before_us = before_us;
 	e->u.pr.keep = keep;
+	e->u.pr.keep_per_user = keep_per_user;
 	e->u.pr.done = done;
 	e->u.pr.arg = arg;
 	if (!journal_push(e, e)) {
@@ -662,7 +663,8 @@ static void journal_run_prunes(struct jev *b)
 	for (struct jev *e = b; e != NULL; e = e->next) {
 		struct journal_pruned *p = malloc(sizeof(*p));
 		int64_t n = journal_prune_run(journal.db, e->u.pr.before_us,
-		                              e->u.pr.keep);
+		                              e->u.pr.keep,
+		                              e->u.pr.keep_per_user);
 		if (p == NULL) {
 			log_warnx("journal: out of memory for a prune reply");
 			continue;

@@ -99,18 +99,21 @@ void journal_exec_gone(uint64_t id);
 /*
  * Any thread: deletes finished tasks that finished before `before_us`
  * (0: no age limit) or are older than the `keep` most recent finished ones
- * (UINT64_MAX: no count limit), with their output files, on the journal
- * thread; done(arg, pruned count or -errno, msg) runs on the reactor
- * thread.  0 or -ENOMEM / -ESHUTDOWN (done never runs then).
+ * (UINT64_MAX: no count limit) or than their uid's `keep_per_user` most
+ * recent (UINT64_MAX: no such limit), with their output files, on the
+ * journal thread; done(arg, pruned count or -errno, msg) runs on the
+ * reactor thread.  0 or -ENOMEM / -ESHUTDOWN (done never runs then).
  */
 typedef void journal_prune_fn(void *arg, int64_t n, const char *msg);
-int journal_prune(uint64_t before_us, uint64_t keep, journal_prune_fn *done,
-                  void *arg);
+int journal_prune(uint64_t before_us, uint64_t keep, uint64_t keep_per_user,
+                  journal_prune_fn *done, void *arg);
 
 /* ---- journal-prune.c (journal thread) ---------------------------------- */
 /* Deletes what journal_prune asked for: the count, or -errno. */
-int64_t journal_prune_run(sqlite3 *db, uint64_t before_us, uint64_t keep);
-/* The retention of rokd.conf (keep_finished, keep_finished_for) applied
+int64_t journal_prune_run(sqlite3 *db, uint64_t before_us, uint64_t keep,
+                          uint64_t keep_per_user);
+/* The retention of rokd.conf (keep_finished, keep_finished_per_user,
+ * keep_finished_for) applied
  * now; called periodically by the journal thread. */
 void journal_prune_retention(sqlite3 *db);
 

@@ -323,6 +323,10 @@ static void rokd_reload_apply(void *arg)
 	ROKD_SET(max_output);
 	ROKD_SET(max_queued);
 	ROKD_SET(max_finished);
+	ROKD_SET(max_queued_per_user);
+	ROKD_SET(max_running_per_user);
+	ROKD_SET(max_finished_per_user);
+	ROKD_SET(keep_finished_per_user);
 	ROKD_SET(max_connections);
 	ROKD_SET(max_ids);
 	ROKD_SET(max_connections_per_user);

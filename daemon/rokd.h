@@ -67,6 +67,10 @@ struct config {
 	uint32_t max_connections_per_user;
 	uint32_t max_waits_per_user;
 	uint32_t max_followers_per_user;
+	uint64_t max_queued_per_user;       /* tasks not started yet */
+	uint64_t max_running_per_user;      /* queued + running, at spawn */
+	uint64_t max_finished_per_user;     /* finished kept in memory */
+	uint64_t keep_finished_per_user;    /* finished kept in the journal */
 	char *socket_group;         /* root: group that may connect */
 	bool root;                  /* running as root */
 	/* exec tasks */
@@ -119,6 +123,11 @@ enum {
 	QUOTA_WAITS,                /* max_waits_per_user */
 	QUOTA_FOLLOWERS,            /* max_followers_per_user */
 	QUOTA_NKINDS,
+	/* Counted by tasktab.c under its own lock (not with quota_take);
+	 * here for quota_explain. */
+	QUOTA_QUEUED = QUOTA_NKINDS,    /* max_queued_per_user */
+	QUOTA_RUNNING,                  /* max_running_per_user */
+	QUOTA_NALL,
 };
 /* Takes one of `kind` for uid: true, or false when uid holds its cap. */
 bool quota_take(uid_t uid, int kind);
@@ -194,7 +203,9 @@ void tasktab_free(void);
 
 /*
  * Creates a queued task for `uid` from `spec` (validated by the caller),
- * with a fresh id.  -EAGAIN when config.max_queued tasks are queued.
+ * with a fresh id.  -EAGAIN when config.max_queued tasks are queued,
+ * -EDQUOT when uid has max_queued_per_user queued, -EUSERS when it has
+ * max_running_per_user queued and running, -ENOMEM.
  */
 int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
                    struct rtask **out);

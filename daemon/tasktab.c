@@ -66,8 +66,26 @@ struct rtask {
 	rok_task *handle;              /* the runtime task, until finished */
 	struct rtask *hnext;           /* hash chain */
 	struct rtask *prev, *next;     /* all records, in id order */
-	struct rtask *fnext;           /* finished FIFO */
+	struct rtask *fnext, *fprev;   /* finished FIFO */
+	struct rtask *ufnext;          /* its uid's finished FIFO */
+	struct tasktab_user *user;     /* what its uid holds */
 };
+
+/*
+ * What one uid holds: its queued and running tasks (max_queued_per_user,
+ * max_running_per_user, checked at spawn) and its finished records in
+ * memory, oldest first (max_finished_per_user: one user's flood of
+ * finished tasks evicts that user's oldest, never another's).  Under the
+ * table's lock; freed when it holds nothing.
+ */
+struct tasktab_user {
+	uid_t uid;
+	uint64_t queued, running, nfinished;
+	struct rtask *fhead, *ftail;
+	struct tasktab_user *next;
+};
+
+#define TASKTAB_USER_BUCKETS 256
 
 static struct {
 	pthread_mutex_t lock;
@@ -80,6 +98,7 @@ static struct {
 	uint64_t nfinished;
 	uint64_t counts[RT_NSTATES];
 	bool stopping;                 /* tasktab_cancel_all ran */
+	struct tasktab_user *users[TASKTAB_USER_BUCKETS];
 } tab = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static uint64_t tasktab_now_us(void)
@@ -121,6 +140,13 @@ void tasktab_free(void)
 	tab.buckets = NULL;
 	tab.head = tab.tail = tab.fhead = tab.ftail = NULL;
 	tab.count = tab.nfinished = 0;
+	for (size_t b = 0; b < TASKTAB_USER_BUCKETS; b++) {
+		while (tab.users[b] != NULL) {
+			struct tasktab_user *u = tab.users[b];
+			tab.users[b] = u->next;
+			free(u);
+		}
+	}
 	memset(tab.counts, 0, sizeof(tab.counts));
 	pthread_mutex_unlock(&tab.lock);
 }
@@ -140,6 +166,45 @@ static struct rtask *tasktab_find(uint64_t id)
 	while (r != NULL && r->id != id)
 		r = r->hnext;
 	return r;
+}
+
+/* Lock held.  uid's entry, created if absent (NULL: out of memory). */
+static struct tasktab_user *tasktab_user_get(uid_t uid)
+{
+	struct tasktab_user **b = &tab.users[(uid * 2654435761u) %
+	                                     TASKTAB_USER_BUCKETS];
+	struct tasktab_user *u = *b;
+
+	while (u != NULL && u->uid != uid)
+		u = u->next;
+	if (u == NULL && (u = calloc(1, sizeof(*u))) != NULL) {
+		u->uid = uid;
+		u->next = *b;
+		*b = u;
+	}
+	return u;
+}
+
+/* Lock held.  Frees u once it holds nothing. */
+static void tasktab_user_put(struct tasktab_user *u)
+{
+	if (u->queued != 0 || u->running != 0 || u->nfinished != 0)
+		return;
+	struct tasktab_user **b = &tab.users[(u->uid * 2654435761u) %
+	                                     TASKTAB_USER_BUCKETS];
+	while (*b != u)
+		b = &(*b)->next;
+	*b = u->next;
+	free(u);
+}
+
+/* Lock held.  Counts r in (delta 1) or out of (-1) its state for its uid. */
+static void tasktab_user_count(struct rtask *r, int delta)
+{
+	if (r->state == RT_QUEUED)
+		r->user->queued += (uint64_t)(int64_t)delta;
+	else if (r->state == RT_RUNNING)
+		r->user->running += (uint64_t)(int64_t)delta;
 }
 
 /* Lock held.  Doubles the buckets when the table is full; failure to grow
@@ -187,20 +252,52 @@ static void tasktab_unlink(struct rtask *r)
 		tab.tail = r->prev;
 	tab.count--;
 	tab.counts[r->state]--;
+	tasktab_user_count(r, -1);
+	tasktab_user_put(r->user);
 	tasktab_free_record(r);
 }
 
-/* Lock held.  Forgets the oldest finished records beyond the cap. */
-static void tasktab_evict(void)
+/* Lock held.  Takes a finished record, the oldest of its uid, off both
+ * FIFOs and forgets it. */
+static void tasktab_evict_one(struct rtask *r)
 {
-	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL) {
-		struct rtask *r = tab.fhead;
+	struct tasktab_user *u = r->user;
+
+	if (r->fprev != NULL)
+		r->fprev->fnext = r->fnext;
+	else
 		tab.fhead = r->fnext;
-		if (tab.fhead == NULL)
-			tab.ftail = NULL;
-		tab.nfinished--;
-		tasktab_unlink(r);
+	if (r->fnext != NULL)
+		r->fnext->fprev = r->fprev;
+	else
+		tab.ftail = r->fprev;
+	tab.nfinished--;
+	/* Both FIFOs are in finish order: the oldest of the table is the
+	 * oldest of its uid, and so is the one a uid's cap evicts. */
+	u->fhead = r->ufnext;
+	if (u->fhead == NULL)
+		u->ftail = NULL;
+	u->nfinished--;
+	tasktab_unlink(r);
+}
+
+/*
+ * Lock held.  Forgets the oldest finished records beyond the caps: first
+ * the uid's own (max_finished_per_user) when `u` is given, then the
+ * table's (max_finished), which only bites when several users each hold
+ * close to their cap; memory stays bounded either way.
+ */
+static void tasktab_evict(struct tasktab_user *u)
+{
+	while (u != NULL && u->nfinished > CONFIG_LIMIT(max_finished_per_user)
+	       && u->fhead != NULL) {
+		bool last = u->nfinished == 1;
+		tasktab_evict_one(u->fhead);   /* may free u when last */
+		if (last)
+			u = NULL;
 	}
+	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL)
+		tasktab_evict_one(tab.fhead);
 }
 
 /* Copies a spec's args into one allocation. */
@@ -260,7 +357,8 @@ static void tasktab_insert(struct rtask *r)
 		tab.head = r;
 	tab.tail = r;
 	tab.count++;
-	tasktab_evict();
+	tasktab_user_count(r, 1);
+	tasktab_evict(NULL);
 }
 
 int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
@@ -272,10 +370,24 @@ int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
 	if (r == NULL)
 		return -ENOMEM;
 	pthread_mutex_lock(&tab.lock);
-	if (tab.counts[RT_QUEUED] >= CONFIG_LIMIT(max_queued)) {
+	int err = 0;
+	if (tab.counts[RT_QUEUED] >= CONFIG_LIMIT(max_queued))
+		err = -EAGAIN;
+	else if ((r->user = tasktab_user_get(uid)) == NULL)
+		err = -ENOMEM;
+	else if (r->user->queued >= CONFIG_LIMIT(max_queued_per_user))
+		err = -EDQUOT;
+	/* Every queued task will run: bounding the uid's unfinished tasks
+	 * at spawn bounds its running ones. */
+	else if (r->user->queued + r->user->running >=
+	         CONFIG_LIMIT(max_running_per_user))
+		err = -EUSERS;
+	if (err < 0) {
+		if (r->user != NULL)
+			tasktab_user_put(r->user);
 		pthread_mutex_unlock(&tab.lock);
 		tasktab_free_record(r);
-		return -EAGAIN;
+		return err;
 	}
 	r->id = tab.next_id++;
 	tasktab_insert(r);
@@ -297,6 +409,11 @@ int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
 	r->spawned_us = spawned_us;
 	r->retries = retries;
 	pthread_mutex_lock(&tab.lock);
+	if ((r->user = tasktab_user_get(uid)) == NULL) {
+		pthread_mutex_unlock(&tab.lock);
+		tasktab_free_record(r);
+		return -ENOMEM;
+	}
 	tasktab_insert(r);
 	if (tab.next_id <= id)
 		tab.next_id = id + 1;
@@ -370,7 +487,9 @@ static void tasktab_set_state(struct rtask *r, int state)
 {
 	tab.counts[r->state]--;
 	tab.counts[state]++;
+	tasktab_user_count(r, -1);
 	r->state = state;
+	tasktab_user_count(r, 1);
 }
 
 int tasktab_start(struct rtask *r, const TaskSpec *spec,
@@ -510,12 +629,20 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 	uint64_t id = r->id;
 	int state = r->state;
 	bool gated = r->gated;
+	r->fprev = tab.ftail;
 	if (tab.ftail != NULL)
 		tab.ftail->fnext = r;
 	else
 		tab.fhead = r;
 	tab.ftail = r;
 	tab.nfinished++;
+	struct tasktab_user *u = r->user;
+	if (u->ftail != NULL)
+		u->ftail->ufnext = r;
+	else
+		u->fhead = r;
+	u->ftail = r;
+	u->nfinished++;
 	struct journal_finish jf = {
 		.id = r->id, .state = r->state, .started_us = r->started_us,
 		.finished_us = r->finished_us, .value = r->value,
@@ -531,6 +658,7 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 		/* Its processes, if it had any, were killed and reaped before
 		 * its poll ended: the next start has no group to look for. */
 		journal_exec_gone(jf.id);
+	tasktab_evict(u);   /* r may go here */
 	pthread_mutex_unlock(&tab.lock);
 	/*
 	 * Dropped after unlocking: the poll that calls this still holds the
@@ -982,9 +1110,13 @@ void tasktab_cancel_all(void)
 		if (r->state == RT_QUEUED || r->state == RT_RUNNING)
 			tasktab_cancel_one(r);
 		/* Waits on a task held by the gate end now (it stays queued
-		 * in the journal), not at the runtime's stop. */
-		if (r->life != NULL)
+		 * in the journal), not at the runtime's stop; and the handle
+		 * goes before the runtime's memory does. */
+		if (r->life != NULL) {
 			rok_task_cancel(r->life);
+			rok_task_unref(r->life);
+			r->life = NULL;
+		}
 	}
 	pthread_mutex_unlock(&tab.lock);
 }

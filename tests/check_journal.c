@@ -488,7 +488,7 @@ START_TEST(prune_keeps_max_id)
 		ck_assert_int_ge(fd, 0);
 		close(fd);
 	}
-	ck_assert_int_eq(journal_prune(0, 1, jprune_cb, NULL), 0);
+	ck_assert_int_eq(journal_prune(0, 1, UINT64_MAX, jprune_cb, NULL), 0);
 	ck_assert_int_eq(sem_wait(&jpruned), 0);
 	ck_assert_int_eq(atomic_load(&jpruned_n), 3);   /* 1, 2, 3 */
 	ck_assert_int_eq(jquery("SELECT count(*) FROM tasks"), 2);
@@ -497,7 +497,7 @@ START_TEST(prune_keeps_max_id)
 	snprintf(out, sizeof(out), "%s/output/4.log", jdir);
 	ck_assert_int_eq(access(out, F_OK), 0);
 	/* Pruning the newest finished task keeps its id used. */
-	ck_assert_int_eq(journal_prune(0, 0, jprune_cb, NULL), 0);
+	ck_assert_int_eq(journal_prune(0, 0, UINT64_MAX, jprune_cb, NULL), 0);
 	ck_assert_int_eq(sem_wait(&jpruned), 0);
 	ck_assert_int_eq(atomic_load(&jpruned_n), 1);
 	ck_assert_int_eq(jquery("SELECT value FROM meta WHERE key = 'max_id'"), 5);

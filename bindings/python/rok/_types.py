@@ -78,6 +78,15 @@ class Result:
     output_truncated: bool = False
     #: Times the task was run again because rokd stopped while it ran.
     retries: int = 0
+    #: Which run this is: 1, or more after ``retry_failed`` (the outcome
+    #: is the last run's).
+    run: int = 1
+    #: A queued task: why it has not started, for people ("after task
+    #: 17", "not before ...", "retry 2 of 4 at ..."); "" otherwise.
+    waiting: str = ""
+    #: A queued task that waits for a time (``at``, ``delay``, a retry's
+    #: backoff): that time in seconds since the epoch, else None.
+    not_before: Optional[float] = None
 
     @property
     def ok(self) -> bool:
@@ -142,6 +151,20 @@ class Spec:
     retry: int = 0
     #: exec: seconds from SIGTERM to SIGKILL on cancel; None: the daemon's.
     kill_grace: Optional[Seconds] = None
+    #: Tasks (ids or Task objects) that must all succeed before it starts;
+    #: if one ends otherwise, it ends cancelled ("dependency N failed").
+    after: Optional[Sequence[object]] = None
+    #: Tasks that must all have ended (however) before it starts.
+    after_any: Optional[Sequence[object]] = None
+    #: Not started before this time: a datetime (naive: local time) or
+    #: seconds since the epoch.
+    at: Optional[object] = None
+    #: Not started before this many seconds (or a timedelta) from now.
+    delay: Optional[Seconds] = None
+    #: Runs again after a failure (non-zero exit, signal), up to this many
+    #: more times, waiting ``backoff``, 2x, 4x... seconds between runs.
+    retry_failed: int = 0
+    backoff: Optional[Seconds] = None
 
 
 @dataclass(frozen=True)

@@ -311,7 +311,11 @@ class Client:
               clean_env: bool = False, retry: int = 0,
               kill_grace: Optional[Seconds] = None,
               group: Optional[str] = None, priority: Optional[str] = None,
-              after: Optional[Iterable[object]] = None) -> Task:
+              after: Optional[Iterable[object]] = None,
+              after_any: Optional[Iterable[object]] = None,
+              at: Optional[object] = None, delay: Optional[Seconds] = None,
+              retry_failed: int = 0,
+              backoff: Optional[Seconds] = None) -> Task:
         """Spawns a task and returns its :class:`Task` once the daemon has
         accepted it (journaled).
 
@@ -321,11 +325,24 @@ class Client:
         Exec tasks get this process's environment and working directory
         unless ``env`` / ``cwd`` say otherwise (see :class:`rok.Spec`).
 
-        ``group``, ``priority`` and ``after`` (the scheduling policy) are
-        not in rokd's protocol yet: passing any of them raises
-        ``NotImplementedError`` rather than dropping it silently."""
+        What it waits for: ``after`` (tasks or ids that must all succeed
+        first; if one ends otherwise, this one ends cancelled,
+        "dependency N failed"), ``after_any`` (tasks that must all have
+        ended, however), ``at`` (a datetime, naive meaning local time, or
+        seconds since the epoch) or ``delay`` (seconds, or a timedelta,
+        from now): it is not started before then.  ``retry_failed`` runs
+        it again after a failure (non-zero exit, signal), up to that many
+        more times, ``backoff`` seconds before the first retry, twice that
+        before the second, and so on; ``Result.run`` counts the runs and
+        the outcome is the last run's.  Meanwhile the task is queued and
+        ``Result.waiting`` says why.
+
+        ``group`` and ``priority`` (the scheduling policy) are not in
+        rokd's protocol yet: passing either raises ``NotImplementedError``
+        rather than dropping it silently."""
         spec = _spec(args, kind, timeout, env, cwd, stdin, clean_env, retry,
-                     kill_grace, group, priority, after)
+                     kill_grace, group, priority, after, after_any, at,
+                     delay, retry_failed, backoff)
         reply = self._conn.call(P.spawn(spec), "spawn")
         return Task(self, reply.id)
 
@@ -436,12 +453,19 @@ def _spec(args: Sequence[StrOrBytes], kind: str,
           env: Optional[Mapping[StrOrBytes, StrOrBytes]],
           cwd: Optional[StrOrBytes], stdin: Optional[bytes],
           clean_env: bool, retry: int, kill_grace: Optional[Seconds],
-          group: object, priority: object, after: object) -> dict:
+          group: object, priority: object,
+          after: Optional[Iterable[object]],
+          after_any: Optional[Iterable[object]] = None,
+          at: Optional[object] = None, delay: Optional[Seconds] = None,
+          retry_failed: int = 0,
+          backoff: Optional[Seconds] = None) -> dict:
     """The TaskSpec fields of spawn's arguments (shared with rok.aio)."""
-    if group is not None or priority is not None or after is not None:
+    if group is not None or priority is not None:
         raise NotImplementedError(P.SCHEDULING_UNSUPPORTED)
-    return P.spec_fields(args, kind, timeout, env, clean_env, cwd, stdin,
-                         retry, kill_grace)
+    kw = P.spec_fields(args, kind, timeout, env, clean_env, cwd, stdin,
+                       retry, kill_grace)
+    return P.when_fields(kw, after, after_any, at, delay, retry_failed,
+                         backoff)
 
 
 def connect(socket: Optional[StrOrBytes] = None,

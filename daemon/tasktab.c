@@ -496,6 +496,10 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
                   const struct rt_reply *reply)
 {
 	rok_task *h;
+
+	pthread_mutex_lock(&tab.lock);
+	uint32_t run = r->run;
+	pthread_mutex_unlock(&tab.lock);
 	int err = kind_spawn(r, r->kind, spec, reply, &h);
 
 	if (err < 0) {
@@ -508,7 +512,10 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 		return err;
 	}
 	pthread_mutex_lock(&tab.lock);
-	if (r->state == RT_QUEUED || r->state == RT_RUNNING) {
+	/* The same run: one that failed at once may be queued again for
+	 * its retry already (run + 1), and its handle is no longer kept. */
+	if ((r->state == RT_QUEUED || r->state == RT_RUNNING) &&
+	    r->run == run) {
 		r->handle = h;   /* kept for join, race and cancel */
 		/* A spawn whose journal commit completed after the stop began
 		 * (tasktab_cancel_all), or that a client cancelled meanwhile:
@@ -566,8 +573,10 @@ void tasktab_running(struct rtask *r)
  */
 static bool tasktab_requeue(struct rtask *r, const struct rt_outcome *o)
 {
+	/* Also while rokd stops: the failure was real, and the next start
+	 * runs the retry (the gate starts nothing once stopping). */
 	if (o->state != RT_FAILED || !r->gated || r->cancel_requested ||
-	    tab.stopping || r->run > r->retry_failed)
+	    r->run > r->retry_failed)
 		return false;
 	uint64_t ms = r->backoff_ms;
 	for (uint32_t k = 1; k < r->run && ms < DURATION_MAX_MS; k++)

@@ -24,6 +24,15 @@
  *
  * Cycles are impossible: a dependency must exist when the spawn is
  * checked (cmd_create_task), so it has a smaller id than its dependent.
+ * A dependency no longer in memory has finished: its outcome is read from
+ * the journal by primary key (at the spawn's check and its commit, on the
+ * reactor thread: a point read, and only for dependencies that finished
+ * long ago).  One pruned from the journal entirely is unknown: refused at
+ * spawn (INVALID_ARGUMENT); pruned between the check and the commit, or
+ * before a restart, it counts as failed (after) or ended (after_any).
+ * A task interrupted by rokd's stop is no failure: nothing is resolved
+ * once gate_stop ran, and the next start decides (retried, or
+ * interrupted, which its dependents then see).
  *
  * Start times, the spec's and a retry's backoff alike, wait in a binary
  * min-heap by wall-clock time.  One runtime task, the timer, sleeps until

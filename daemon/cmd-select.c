@@ -56,7 +56,7 @@ static void select_done(void *arg, int err, const char *msg)
 		if (p->task[i].gated)
 			(void)gate_submit_packed(p->task[i].rec,
 			                         p->task[i].spec,
-			                         p->task[i].spec_len, NULL);
+			                         p->task[i].spec_len);
 		else
 			(void)tasktab_start_packed(p->task[i].rec,
 			                           p->task[i].spec,

@@ -110,7 +110,7 @@ static void cmd_spawn_done(void *arg, int err, const char *msg)
 	}
 	/* A task that fails to start is recorded as failed: still an id. */
 	if (p->gated)
-		(void)gate_submit_packed(p->rec, p->spec, p->spec_len, NULL);
+		(void)gate_submit_packed(p->rec, p->spec, p->spec_len);
 	else
 		(void)tasktab_start_packed(p->rec, p->spec, p->spec_len, NULL);
 	if (p->wait) {

@@ -64,7 +64,6 @@
 
 #include "journal.h"
 #include "rokd.h"
-#include "waiter.h"
 
 struct gate_entry;
 
@@ -509,7 +508,7 @@ static rok_poll gate_life_poll(rok_cx *cx, void *frame)
 }
 
 int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
-                size_t len, const struct rt_reply *reply)
+                size_t len)
 {
 	size_t ndeps = spec->n_after + spec->n_after_any;
 	struct gate_entry *e = calloc(1, sizeof(*e) + ndeps * sizeof(e->deps[0]));
@@ -523,8 +522,6 @@ int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
 		snprintf(o.reason, sizeof(o.reason), "could not start: out of "
 		         "memory");
 		tasktab_finish(r, &o);
-		if (reply != NULL && reply->conn != NULL)
-			tasktab_reply(id, reply);
 		return -ENOMEM;
 	}
 	if (len > 0)
@@ -600,23 +597,17 @@ int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
 		gate_ready(e);
 	pthread_mutex_unlock(&gate.lock);
 
-	/* A spawn --wait is answered by a waiter on the life handle: at the
-	 * final outcome, across retries. */
-	if (reply != NULL && reply->conn != NULL)
-		(void)waiter_start(reply->conn, reply->req_id, WAIT_SPAWN, &id,
-		                   NULL, 1, 0, false, true);
 	gate_drain();
 	return 0;
 }
 
-int gate_submit_packed(struct rtask *r, const uint8_t *packed, size_t len,
-                       const struct rt_reply *reply)
+int gate_submit_packed(struct rtask *r, const uint8_t *packed, size_t len)
 {
 	TaskSpec *s = rok__v1__task_spec__unpack(NULL, len, packed);
 
 	if (s == NULL)   /* tasktab_start_packed fails it the same way */
-		return tasktab_start_packed(r, packed, len, reply);
-	int err = gate_submit(r, s, packed, len, reply);
+		return tasktab_start_packed(r, packed, len, NULL);
+	int err = gate_submit(r, s, packed, len);
 	rok__v1__task_spec__free_unpacked(s, NULL);
 	return err;
 }

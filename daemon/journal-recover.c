@@ -172,7 +172,7 @@ static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
 				return SQLITE_NOMEM;
 			}
 			size_t plen = rok__v1__task_spec__pack(spec, packed);
-			(void)gate_submit(r, spec, packed, plen, NULL);
+			(void)gate_submit(r, spec, packed, plen);
 			free(packed);
 			(*requeued)++;
 		} else {

@@ -352,13 +352,13 @@ int gate_check(const TaskSpec *spec, uid_t uid, char *err, size_t len);
 /*
  * A committed (or recovered) task with gate_needed(spec): held until its
  * dependencies and time allow, then started; packed (borrowed) is kept for
- * every run.  A spawn --wait's `reply` is handed to a waiter on its final
- * outcome.  0, or -ENOMEM (the task was failed, reply answered).
+ * every run.  A spawn --wait on it is a waiter's (waiter_start), whose
+ * handle (tasktab_lookup) ends with the final outcome, across retries.
+ * 0, or -ENOMEM (the task was failed).
  */
 int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
-                size_t len, const struct rt_reply *reply);
-int gate_submit_packed(struct rtask *r, const uint8_t *packed, size_t len,
-                       const struct rt_reply *reply);
+                size_t len);
+int gate_submit_packed(struct rtask *r, const uint8_t *packed, size_t len);
 /* tasktab_finish, after a task's final outcome: its dependents resolve;
  * `gated`: its own entry goes.  Cheap when nothing depends on anything. */
 void gate_ended(uint64_t id, int state, bool gated);

@@ -496,10 +496,14 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
                   const struct rt_reply *reply)
 {
 	rok_task *h;
-
-	pthread_mutex_lock(&tab.lock);
+	/*
+	 * Read without the lock (the hot path takes it once less): run only
+	 * changes when a run of r fails (tasktab_requeue), and that of the
+	 * run started here comes after kind_spawn, which publishes this read
+	 * before it; an earlier run's came before the gate started this one
+	 * (ordered by gate.lock).
+	 */
 	uint32_t run = r->run;
-	pthread_mutex_unlock(&tab.lock);
 	int err = kind_spawn(r, r->kind, spec, reply, &h);
 
 	if (err < 0) {

@@ -2039,6 +2039,59 @@ START_TEST(per_user_retention)
 }
 END_TEST
 
+/*
+ * A chain of 20000 tasks, each after the one before, its head a sleep that
+ * is cancelled: every task ends cancelled, "dependency N failed", in a loop
+ * (a recursion that deep would overflow a worker's stack).  The spawns are
+ * pipelined on one connection: ids follow one another.
+ */
+START_TEST(long_chain)
+{
+	enum { N = 20000 };
+	rokd_start(NULL);
+	int fd = rc_hello();
+	uint64_t head = rc_spawn(fd, "sleep", "1h");
+	Rok__V1__TaskSpec spec = ROK__V1__TASK_SPEC__INIT;
+	spec.kind = bin("noop");
+	spec.n_after = 1;
+	for (uint64_t k = 1; k <= N; k++) {
+		uint64_t dep = head + k - 1;
+		Request req = ROK__V1__REQUEST__INIT;
+		Rok__V1__SpawnRequest sp = ROK__V1__SPAWN_REQUEST__INIT;
+		spec.after = &dep;
+		sp.spec = &spec;
+		req.id = 1000 + k;
+		req.body_case = ROK__V1__REQUEST__BODY_SPAWN;
+		req.spawn = &sp;
+		rc_send(fd, &req);
+	}
+	for (uint64_t k = 1; k <= N; k++) {
+		Response *r = rc_recv(fd);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_ptr_null(r->error);
+		ck_assert_uint_eq(r->spawn->id, head + k);
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+	uint64_t last = head + N;
+	ck_assert_int_eq(rc_state(fd, last), ROK__V1__TASK_STATE__TASK_QUEUED);
+	rc_cancel_ok(fd, head);
+	Response *jr = rc_join(fd, &last, 1, 0);
+	ck_assert_ptr_nonnull(jr);
+	ck_assert_ptr_null(jr->error);
+	Rok__V1__TaskInfo *t = jr->join->tasks[0];
+	ck_assert_int_eq(t->state, ROK__V1__TASK_STATE__TASK_CANCELLED);
+	char want[64];
+	snprintf(want, sizeof(want), "dependency %llu failed",
+	         (unsigned long long)(last - 1));
+	ck_assert_uint_eq(t->reason.len, strlen(want));
+	ck_assert(memcmp(t->reason.data, want, strlen(want)) == 0);
+	rok__v1__response__free_unpacked(jr, NULL);
+	rc_ping_ok(fd);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
 static Suite *rokd_suite(void)
 {
 	const struct test_case cases[] = {
@@ -2065,6 +2118,7 @@ static Suite *rokd_suite(void)
 		{ "when_checks", when_checks },
 		{ "task_quotas", task_quotas },
 		{ "per_user_retention", per_user_retention },
+		{ "long_chain", long_chain },
 	};
 
 	return TEST_SUITE("rokd", cases, 60);

@@ -144,6 +144,9 @@ static void reply_task(struct reply_box *b, const Rok__V1__TaskInfo *m,
 	t->finished_us = m->finished_us;
 	t->output_truncated = m->output_truncated;
 	t->retries = m->retries;
+	t->waiting = reply_bytes(b, m->waiting);
+	t->run = m->run;
+	t->not_before_us = m->not_before_us;
 	t->reason = reply_bytes(b, m->reason);
 	t->group = reply_bytes(b, m->group);
 	t->priority = (int)m->priority;

@@ -87,6 +87,14 @@ static int request_spec(const rok_spec *spec, Rok__V1__TaskSpec *m,
 		return -EINVAL;
 	}
 	m->priority = (Rok__V1__Priority)spec->priority;
+	/* Borrowed for the call, as the strings: packing only reads them. */
+	m->n_after = spec->n_after;
+	m->after = (uint64_t *)(uintptr_t)spec->after;
+	m->n_after_any = spec->n_after_any;
+	m->after_any = (uint64_t *)(uintptr_t)spec->after_any;
+	m->not_before_us = spec->not_before_us;
+	m->retry_failed = spec->retry_failed;
+	m->backoff_ms = spec->backoff_ms;
 	*bufs = v;
 	return 0;
 }

@@ -14,9 +14,11 @@
  * JSON object per task: id, state, kind, exit_code (number or null),
  * signal (number or null), value (+ value_base64 when value is not valid
  * UTF-8, see json.c), output_truncated, reason (string or null), uid,
- * retries, spawned_us / started_us / finished_us (µs since the epoch, or null),
- * args, group, priority (its class's name), waiting (why a queued task
- * waits, or null).  An id the daemon could not look up gives
+ * retries, run (1: the first), spawned_us / started_us / finished_us (µs
+ * since the epoch, or null), args, group, priority (its class's name),
+ * waiting (why a queued task waits, or null), not_before_us (a queued task
+ * that waits for a time; absent otherwise).  A queued task's VALUE column
+ * shows why it waits in brackets.  An id the daemon could not look up gives
  * {"id":N,"error":"not_found","message":"..."} instead.
  */
 #include <string.h>
@@ -181,6 +183,9 @@ static void print_json_task(const rok_task_info *t, long index)
 		json_null(&o, "reason");
 	json_u64(&o, "uid", t->uid);
 	json_u64(&o, "retries", t->retries);
+	json_u64(&o, "run", t->run > 0 ? t->run : 1);
+	if (t->not_before_us != 0)
+		json_u64(&o, "not_before_us", t->not_before_us);
 	const struct { const char *key; uint64_t v; } times[] = {
 		{ "spawned_us", t->spawned_us },
 		{ "started_us", t->started_us },
@@ -273,15 +278,15 @@ void print_tasks(struct rokctl *ctx, struct print_table *tab,
 		if (t[i].value.len > 0) {
 			print_escaped(stdout, t[i].value.data, t[i].value.len,
 				      tab->truncate ? 40 : 0);
+		} else if (t[i].waiting.len > 0) {
+			putchar('[');
+			print_escaped(stdout, t[i].waiting.data,
+				      t[i].waiting.len, tab->truncate ? 40 : 0);
+			putchar(']');
 		} else if (t[i].reason.len > 0) {
 			putchar('[');
 			print_escaped(stdout, t[i].reason.data,
 				      t[i].reason.len, tab->truncate ? 40 : 0);
-			putchar(']');
-		} else if (t[i].waiting.len > 0) {
-			putchar('[');
-			print_escaped(stdout, t[i].waiting.data,
-				      t[i].waiting.len, 0);
 			putchar(']');
 		}
 		if (t[i].output_truncated)

@@ -12,6 +12,11 @@
  *   echo   TEXT... joined with spaces, like echo(1).
  *   other  a plugin kind: the operands are passed through unchanged.
  *
+ * --after / --after-any ID,... (dependencies), --at TIME / --in DURATION
+ * (a start time: --at is RFC 3339, or HH:MM[:SS] local, the next such
+ * time), --retry-failed N --backoff D go into the spec as they are; the
+ * daemon checks them.
+ *
  * Without --wait it prints the new id alone on a line.  With --wait it
  * prints the finished task as join does and exits by its outcome.  A plain
  * --wait is one waiting spawn request; --wait-timeout spawns, then joins
@@ -23,6 +28,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rokctl.h"
@@ -51,6 +57,17 @@ static const struct rokctl_opt spawn_opts[] = {
 	  "run in GROUP (default: default)" },
 	{ KEY_PRIORITY, 'p', "priority", "PRIORITY",
 	  "urgent, high, normal (default) or low" },
+	{ KEY_AFTER, 0, "after", "ID[,ID...]",
+	  "start once these succeeded (else cancelled)" },
+	{ KEY_AFTER_ANY, 0, "after-any", "ID[,ID...]",
+	  "start once these ended, however" },
+	{ KEY_AT, 0, "at", "TIME",
+	  "not before TIME (RFC 3339, or local HH:MM)" },
+	{ KEY_IN, 0, "in", "DURATION", "not before DURATION from now" },
+	{ KEY_RETRY_FAILED, 0, "retry-failed", "N",
+	  "run again up to N times after a failure" },
+	{ KEY_BACKOFF, 0, "backoff", "DURATION",
+	  "wait DURATION, 2x, 4x... before each retry" },
 	{ KEY_NONE, 0, NULL, NULL, NULL }
 };
 
@@ -63,10 +80,13 @@ struct spawn {
 	char sleep_arg[32];
 	const char *sleep_argv[1];
 	uint8_t *input;
+	uint64_t *after, *after_any;
 };
 
 static void spawn_done(struct spawn *sp)
 {
+	free(sp->after);
+	free(sp->after_any);
 	free(sp->env);
 	free(sp->text);
 	free(sp->input);
@@ -202,6 +222,158 @@ static int spawn_stdin(struct rokctl *ctx, const char *path, struct spawn *sp)
 	return ROKCTL_EXIT_OK;
 }
 
+/* "ID[,ID...]" into a new array: an exit status. */
+static int spawn_ids(struct rokctl *ctx, const char *flag, const char *s,
+		     uint64_t **out, size_t *n)
+{
+	size_t cap = 1;
+
+	for (const char *p = s; *p != '\0'; p++)
+		cap += *p == ',';
+	*out = calloc(cap, sizeof(**out));
+	if (*out == NULL)
+		return rokctl_err(ctx, ROKCTL_EXIT_TASK, "out of memory");
+	*n = 0;
+	for (const char *p = s;;) {
+		char *end;
+		errno = 0;
+		unsigned long long v = strtoull(p, &end, 10);
+		if (errno != 0 || end == p || v == 0 || *p == '-' ||
+		    (*end != ',' && *end != '\0'))
+			return rokctl_usage(ctx, "%s wants task ids separated by "
+					    "commas, not '%s'", flag, s);
+		(*out)[(*n)++] = v;
+		if (*end == '\0')
+			return ROKCTL_EXIT_OK;
+		p = end + 1;
+	}
+}
+
+static uint64_t spawn_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/*
+ * --at TIME: RFC 3339 ("2026-12-01T18:00:00Z", "...+01:00", fractions
+ * of a second allowed, a space for the T too), or HH:MM[:SS] in local time:
+ * the next such time (today, or tomorrow if it has passed).  0 or -EINVAL.
+ */
+static int spawn_at_parse(const char *s, uint64_t now_us, uint64_t *us)
+{
+	struct tm tm = { 0 };
+	const char *p;
+	time_t t;
+
+	if ((p = strptime(s, "%H:%M", &tm)) != NULL &&
+	    (*p == '\0' || (*p == ':' && (p = strptime(p, ":%S", &tm)) != NULL
+			    && *p == '\0'))) {
+		time_t now = (time_t)(now_us / 1000000);
+		struct tm today;
+		if (localtime_r(&now, &today) == NULL)
+			return -EINVAL;
+		today.tm_hour = tm.tm_hour;
+		today.tm_min = tm.tm_min;
+		today.tm_sec = tm.tm_sec;
+		today.tm_isdst = -1;
+		t = mktime(&today);
+		if (t != (time_t)-1 && (uint64_t)t * 1000000 <= now_us) {
+			today.tm_mday++;   /* mktime normalises */
+			today.tm_hour = tm.tm_hour;
+			today.tm_min = tm.tm_min;
+			today.tm_sec = tm.tm_sec;
+			today.tm_isdst = -1;
+			t = mktime(&today);
+		}
+		if (t == (time_t)-1 || t < 0)
+			return -EINVAL;
+		*us = (uint64_t)t * 1000000;
+		return 0;
+	}
+	memset(&tm, 0, sizeof(tm));
+	p = strptime(s, "%Y-%m-%d", &tm);
+	if (p == NULL || (*p != 'T' && *p != 't' && *p != ' '))
+		return -EINVAL;
+	p = strptime(p + 1, "%H:%M:%S", &tm);
+	if (p == NULL)
+		return -EINVAL;
+	uint64_t frac = 0, scale = 1000000;
+	if (*p == '.') {
+		for (p++; *p >= '0' && *p <= '9'; p++) {
+			scale /= 10;
+			frac += (uint64_t)(*p - '0') * scale;
+		}
+	}
+	long off;
+	if (*p == 'Z' || *p == 'z') {
+		off = 0;
+		p++;
+	} else if ((*p == '+' || *p == '-') && p[1] >= '0' && p[1] <= '9' &&
+		   p[2] >= '0' && p[2] <= '9' && p[3] == ':' && p[4] >= '0' &&
+		   p[4] <= '9' && p[5] >= '0' && p[5] <= '9') {
+		off = ((p[1] - '0') * 10 + (p[2] - '0')) * 3600L +
+		      ((p[4] - '0') * 10 + (p[5] - '0')) * 60L;
+		if (*p == '-')
+			off = -off;
+		p += 6;
+	} else {
+		return -EINVAL;   /* RFC 3339 always names its offset */
+	}
+	if (*p != '\0' || (t = timegm(&tm)) == (time_t)-1 || t - off < 0)
+		return -EINVAL;
+	*us = (uint64_t)(t - off) * 1000000 + frac;
+	return 0;
+}
+
+/* --after, --after-any, --at, --in, --retry-failed, --backoff. */
+static int spawn_when(struct rokctl *ctx, const struct rokctl_args *a,
+		      struct spawn *sp)
+{
+	int rc = ROKCTL_EXIT_OK;
+
+	if (a->seen[KEY_AFTER])
+		rc = spawn_ids(ctx, "--after", a->val[KEY_AFTER], &sp->after,
+			       &sp->spec.n_after);
+	if (rc == ROKCTL_EXIT_OK && a->seen[KEY_AFTER_ANY])
+		rc = spawn_ids(ctx, "--after-any", a->val[KEY_AFTER_ANY],
+			       &sp->after_any, &sp->spec.n_after_any);
+	if (rc != ROKCTL_EXIT_OK)
+		return rc;
+	sp->spec.after = sp->after;
+	sp->spec.after_any = sp->after_any;
+	if (a->seen[KEY_AT] && a->seen[KEY_IN])
+		return rokctl_usage(ctx, "give --at or --in, not both");
+	if (a->seen[KEY_AT] && spawn_at_parse(a->val[KEY_AT], spawn_now_us(),
+					      &sp->spec.not_before_us) < 0)
+		return rokctl_usage(ctx, "--at wants a time such as 18:30 or "
+				    "2026-12-01T18:30:00+01:00, not '%s'",
+				    a->val[KEY_AT]);
+	if (a->seen[KEY_IN]) {
+		uint64_t ms;
+		rc = rokctl_duration(ctx, a, KEY_IN, 0, &ms);
+		if (rc != ROKCTL_EXIT_OK)
+			return rc;
+		sp->spec.not_before_us = spawn_now_us() + ms * 1000;
+	}
+	if (a->seen[KEY_RETRY_FAILED]) {
+		char *end;
+		unsigned long n;
+
+		errno = 0;
+		n = strtoul(a->val[KEY_RETRY_FAILED], &end, 10);
+		if (errno != 0 || *end != '\0' ||
+		    end == a->val[KEY_RETRY_FAILED] ||
+		    a->val[KEY_RETRY_FAILED][0] == '-' || n > UINT32_MAX)
+			return rokctl_usage(ctx, "--retry-failed wants a count, "
+					    "not '%s'", a->val[KEY_RETRY_FAILED]);
+		sp->spec.retry_failed = (uint32_t)n;
+	}
+	return rokctl_duration(ctx, a, KEY_BACKOFF, 0, &sp->spec.backoff_ms);
+}
+
 /* Builds sp->spec from the command line; an exit status. */
 static int spawn_build(struct rokctl *ctx, const struct rokctl_args *a,
 		       struct spawn *sp)
@@ -292,6 +464,8 @@ static int spawn_build(struct rokctl *ctx, const struct rokctl_args *a,
 	    (sp->spec.priority = rok_priority_parse(a->val[KEY_PRIORITY])) < 0)
 		return rokctl_usage(ctx, "--priority wants urgent, high, normal "
 				    "or low, not '%s'", a->val[KEY_PRIORITY]);
+	if (rc == ROKCTL_EXIT_OK)
+		rc = spawn_when(ctx, a, sp);
 	return rc;
 }
 

@@ -38,7 +38,7 @@ static void cmd_prune_done(void *arg, int64_t n, const char *msg)
 void cmd_prune(struct conn *c, const Request *req)
 {
 	const Rok__V1__PruneRequest *pr = req->prune;
-	uint64_t before = 0, keep = UINT64_MAX;
+	uint64_t before = 0, keep = UINT64_MAX, keep_per_user = UINT64_MAX;
 
 	/* A system daemon's retention is the administrator's business. */
 	if (config.root && conn_uid(c) != 0) {
@@ -52,6 +52,7 @@ void cmd_prune(struct conn *c, const Request *req)
 		/* rokd.conf's retention, applied now */
 		older_ms = (uint64_t)(config.keep_finished_for_ns / 1000000);
 		keep = config.keep_finished;
+		keep_per_user = config.keep_finished_per_user;
 	} else if (pr->keep_set) {
 		keep = pr->keep;
 	}
@@ -78,7 +79,7 @@ void cmd_prune(struct conn *c, const Request *req)
 	}
 	p->conn = c;
 	p->req_id = req->id;
-	if (journal_prune(before, keep, cmd_prune_done, p) < 0) {
+	if (journal_prune(before, keep, keep_per_user, cmd_prune_done, p) < 0) {
 		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__UNAVAILABLE,
 		                "prune: the journal is stopping");
 		conn_end_wait(c);

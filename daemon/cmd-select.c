@@ -21,6 +21,7 @@ struct select_pending {
 		struct rtask *rec;
 		uint8_t *spec;          /* packed */
 		size_t spec_len;
+		bool gated;             /* gate_needed */
 	} task[];
 };
 
@@ -52,8 +53,14 @@ static void select_done(void *arg, int err, const char *msg)
 		/* Before the start: a record that fails may be evicted. */
 		if (ids != NULL)
 			ids[i] = tasktab_id(p->task[i].rec);
-		(void)tasktab_start_packed(p->task[i].rec, p->task[i].spec,
-		                           p->task[i].spec_len, NULL);
+		if (p->task[i].gated)
+			(void)gate_submit_packed(p->task[i].rec,
+			                         p->task[i].spec,
+			                         p->task[i].spec_len);
+		else
+			(void)tasktab_start_packed(p->task[i].rec,
+			                           p->task[i].spec,
+			                           p->task[i].spec_len, NULL);
 		free(p->task[i].spec);
 	}
 	/* The waiter takes over the wait begun in cmd_select: with the tasks
@@ -145,6 +152,7 @@ void cmd_select(struct conn *c, const Request *req)
 		}
 		p->task[i].spec_len = rok__v1__task_spec__pack(s->specs[i],
 		                                               p->task[i].spec);
+		p->task[i].gated = gate_needed(s->specs[i]);
 		items[i] = (struct journal_spawn_item){
 			.id = tasktab_id(p->task[i].rec), .uid = conn_uid(c),
 			.kind = kind_find(s->specs[i]->kind.data,

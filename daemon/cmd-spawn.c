@@ -30,10 +30,17 @@ int cmd_create_task(struct conn *c, const TaskSpec *spec, struct rtask **out,
 	}
 	if (kind_check(k, spec, err, len) < 0)
 		return ROK__V1__ERROR_CODE__INVALID_ARGUMENT;
+	if (gate_needed(spec) && gate_check(spec, conn_uid(c), err, len) < 0)
+		return ROK__V1__ERROR_CODE__INVALID_ARGUMENT;
 	int e = tasktab_create(conn_uid(c), k, spec, out);
 	if (e == -EAGAIN) {
 		snprintf(err, len, "too many queued tasks (limit %llu)",
 		         (unsigned long long)config.max_queued);
+		return ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED;
+	}
+	if (e == -EDQUOT || e == -EUSERS) {
+		quota_explain(conn_uid(c), e == -EDQUOT ? QUOTA_QUEUED
+		              : QUOTA_RUNNING, err, len);
 		return ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED;
 	}
 	if (e < 0) {
@@ -57,13 +64,15 @@ struct spawn_pending {
 	struct rtask *rec;
 	bool wait;
 	uint64_t wait_timeout_ms;
+	bool gated;                 /* waits in the gate (gate_needed) */
 	size_t spec_len;
 	uint8_t spec[];             /* packed TaskSpec */
 };
 
+/* A gated task's wait is a waiter's on its final outcome, across runs. */
 static bool spawn_answered_by_task(const struct spawn_pending *p)
 {
-	return p->wait && p->wait_timeout_ms == 0;
+	return p->wait && p->wait_timeout_ms == 0 && !p->gated;
 }
 
 /* Lets the connection go when the spawn was answered here. */
@@ -100,7 +109,10 @@ static void cmd_spawn_done(void *arg, int err, const char *msg)
 		return;
 	}
 	/* A task that fails to start is recorded as failed: still an id. */
-	(void)tasktab_start_packed(p->rec, p->spec, p->spec_len, NULL);
+	if (p->gated)
+		(void)gate_submit_packed(p->rec, p->spec, p->spec_len);
+	else
+		(void)tasktab_start_packed(p->rec, p->spec, p->spec_len, NULL);
 	if (p->wait) {
 		/* The waiter ends the wait begun in cmd_spawn. */
 		(void)waiter_start(c, p->req_id, WAIT_SPAWN, &id, NULL, 1,
@@ -162,6 +174,7 @@ void cmd_spawn(struct conn *c, const Request *req)
 		return;
 	}
 	p->spec_len = rok__v1__task_spec__pack(sp->spec, p->spec);
+	p->gated = gate_needed(sp->spec);
 	struct journal_spawn_item item = {
 		.id = tasktab_id(p->rec), .uid = conn_uid(c),
 		.kind = kind_find(sp->spec->kind.data, sp->spec->kind.len)->name,

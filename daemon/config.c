@@ -73,6 +73,12 @@ void config_defaults(struct config *c)
 	c->max_connections_per_user = 1024;
 	c->max_waits_per_user = 16384;
 	c->max_followers_per_user = 256;
+	/* Tasks per uid: a quarter of the table's caps, so that one user's
+	 * flood leaves room (and results) for the others. */
+	c->max_queued_per_user = 250000;
+	c->max_running_per_user = 250000;
+	c->max_finished_per_user = 25000;
+	c->keep_finished_per_user = 250000;
 	c->max_task_output = 64ull << 20;
 	c->kill_grace_ms = 5000;
 	/* journal */
@@ -196,6 +202,13 @@ static int config_set(struct config *c, const char *key, const char *v,
 		CFG_U("max_waits_per_user", max_waits_per_user, 1u << 30),
 		CFG_U("max_followers_per_user", max_followers_per_user,
 		      1u << 20),
+		CFG_U("max_queued_per_user", max_queued_per_user, 1ull << 32),
+		CFG_U("max_running_per_user", max_running_per_user,
+		      1ull << 32),
+		CFG_U("max_finished_per_user", max_finished_per_user,
+		      1ull << 32),
+		CFG_U("keep_finished_per_user", keep_finished_per_user,
+		      1ull << 40),
 		/* exec tasks */
 		CFG_U("max_task_output", max_task_output, 1ull << 40),
 		CFG_D("kill_grace", kill_grace_ms),

@@ -12,8 +12,8 @@
  * weights, backend, paused (etc/rokd.conf, rokd.conf(5)); the scheduling
  * keys `aging` and `nice_CLASS` are read here too.
  *
- * Persistence: the journal's `groups` table (GROUP_TABLE_SQL, created if
- * absent when the journal opens: journal_schema_open) holds one row per
+ * Persistence: the journal's `groups` table (schema version 4,
+ * journal-schema.c) holds one row per
  * group that a GroupRequest added or changed, with all its settings.  At
  * start the groups of rokd.conf are made first, then every row is applied
  * on top (a row wins over rokd.conf: it is the newer word).  `group rm`
@@ -33,16 +33,6 @@
 
 #include "group.h"
 #include "journal.h"
-
-/* The one place the groups table is defined (see the note above). */
-#define GROUP_TABLE_SQL \
-	"CREATE TABLE IF NOT EXISTS groups (" \
-	" name TEXT PRIMARY KEY," \
-	" parallel INTEGER NOT NULL," \
-	" policy INTEGER NOT NULL," \
-	" weights TEXT NOT NULL," \
-	" backend TEXT NOT NULL," \
-	" paused INTEGER NOT NULL) WITHOUT ROWID"
 
 static struct {
 	struct group *head;
@@ -314,12 +304,6 @@ int group_config_set(struct config *c, const char *key, const char *v,
 }
 
 /* ---- the journal's groups table ------------------------------------------- */
-
-int group_store_schema(sqlite3 *db, char *err, size_t len)
-{
-	return journal_schema_exec(db, GROUP_TABLE_SQL, err, len) == SQLITE_OK
-	       ? 0 : -1;
-}
 
 static void group_weights_text(const uint32_t w[QCLS_N], char *buf,
                                size_t len)

@@ -35,7 +35,7 @@ int journal_read_open(const char *path, char *err, size_t len)
 	if (rc == SQLITE_OK)
 		rc = sqlite3_prepare_v3(jread.db, "SELECT uid, kind, spec, "
 		        "state, spawned_us, started_us, finished_us, value, "
-		        "exit_code, signal, reason, output_truncated, retries "
+		        "exit_code, signal, reason, output_truncated, retries, run "
 		        "FROM tasks WHERE id = ?1", -1,
 		        SQLITE_PREPARE_PERSISTENT, &jread.info, NULL);
 	if (rc == SQLITE_OK)
@@ -109,6 +109,7 @@ static void journal_read_fill(sqlite3_stmt *st, uint64_t id, TaskInfo *info)
 	}
 	info->output_truncated = sqlite3_column_int(st, 11) != 0;
 	info->retries = (uint32_t)sqlite3_column_int(st, 12);
+	info->run = (uint32_t)sqlite3_column_int(st, 13);
 	TaskSpec *spec = rok__v1__task_spec__unpack(
 		NULL, (size_t)sqlite3_column_bytes(st, 2),
 		sqlite3_column_blob(st, 2));

@@ -121,7 +121,8 @@ static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
 {
 	sqlite3_stmt *sel;
 	int rc = sqlite3_prepare_v2(db, "SELECT id, uid, spec, spawned_us, "
-	                            "retries FROM tasks WHERE state = 1 "
+	                            "retries, run, next_us FROM tasks WHERE "
+	                            "state = 1 "
 	                            "ORDER BY id", -1, &sel, NULL);
 
 	if (rc != SQLITE_OK)
@@ -157,6 +158,23 @@ static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
 			snprintf(o.reason, sizeof(o.reason), "%s", why);
 			tasktab_finish(r, &o);
 			(*bad)++;
+		} else if (gate_needed(spec)) {
+			/* Its dependencies (lower ids: restored already, or
+			 * finished in the journal), start time, run number
+			 * and backoff deadline as they were. */
+			tasktab_set_run(r, (uint32_t)sqlite3_column_int64(sel, 5),
+			                (uint64_t)sqlite3_column_int64(sel, 6));
+			uint8_t *packed = malloc(rok__v1__task_spec__get_packed_size(
+				spec) + 1);
+			if (packed == NULL) {
+				rok__v1__task_spec__free_unpacked(spec, NULL);
+				sqlite3_finalize(sel);
+				return SQLITE_NOMEM;
+			}
+			size_t plen = rok__v1__task_spec__pack(spec, packed);
+			(void)gate_submit(r, spec, packed, plen);
+			free(packed);
+			(*requeued)++;
 		} else {
 			(void)tasktab_start(r, spec, NULL);
 			(*requeued)++;

@@ -61,6 +61,22 @@ static const char *const journal_schema_steps[] = {
 	 * NULL: no child (yet), or another kind. */
 	"ALTER TABLE tasks ADD COLUMN pgid INTEGER;"
 	"ALTER TABLE tasks ADD COLUMN pg_start INTEGER;",
+	/* 2 -> 3.  Retries after failures (TaskSpec.retry_failed): which run
+	 * a task is in (1 = the first) and, while it waits for its backoff,
+	 * the wall-clock time its next run may start (0: none).  The rest of
+	 * what a task waits for (dependencies, not_before_us) is in its
+	 * spec. */
+	"ALTER TABLE tasks ADD COLUMN run INTEGER NOT NULL DEFAULT 1;"
+	"ALTER TABLE tasks ADD COLUMN next_us INTEGER NOT NULL DEFAULT 0;",
+	/* 3 -> 4.  The groups that a GroupRequest added or changed, each with
+	 * all its settings (group.c): they outlive a restart. */
+	"CREATE TABLE groups ("
+	" name TEXT PRIMARY KEY,"
+	" parallel INTEGER NOT NULL,"
+	" policy INTEGER NOT NULL,"
+	" weights TEXT NOT NULL,"
+	" backend TEXT NOT NULL,"
+	" paused INTEGER NOT NULL) WITHOUT ROWID;",
 };
 
 _Static_assert(sizeof(journal_schema_steps) / sizeof(journal_schema_steps[0])
@@ -188,7 +204,7 @@ static int journal_schema_check(sqlite3 *db, const char *path, char *err,
 static int journal_schema_migrate(sqlite3 *db, const char *path, char *err,
                                   size_t len)
 {
-	int64_t ver;
+	int64_t ver = -1, failed = -1;
 	char msg[256], sql[128];
 
 	if (journal_schema_exec(db, "BEGIN IMMEDIATE", msg, sizeof(msg)))
@@ -203,8 +219,10 @@ static int journal_schema_migrate(sqlite3 *db, const char *path, char *err,
 	}
 	for (int64_t v = ver; v < JOURNAL_SCHEMA_VERSION; v++)
 		if (journal_schema_exec(db, journal_schema_steps[v], msg,
-		                        sizeof(msg)))
+		                        sizeof(msg))) {
+			failed = v;
 			goto rollback;
+		}
 	snprintf(sql, sizeof(sql), "PRAGMA application_id = %d; "
 	         "PRAGMA user_version = %d", JOURNAL_APPLICATION_ID,
 	         JOURNAL_SCHEMA_VERSION);
@@ -215,8 +233,16 @@ static int journal_schema_migrate(sqlite3 *db, const char *path, char *err,
 rollback:
 	(void)sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 fail:
-	snprintf(err, len, "%s: cannot bring the journal to schema version "
-	         "%d: %s", path, JOURNAL_SCHEMA_VERSION, msg);
+	if (failed >= 0)
+		snprintf(err, len, "%s: cannot migrate the journal from schema "
+		         "version %lld to %d: step %lld -> %lld failed: %s; the "
+		         "file is left at version %lld", path, (long long)ver,
+		         JOURNAL_SCHEMA_VERSION, (long long)failed,
+		         (long long)failed + 1, msg, (long long)ver);
+	else
+		snprintf(err, len, "%s: cannot migrate the journal from schema "
+		         "version %lld to %d: %s", path, (long long)ver,
+		         JOURNAL_SCHEMA_VERSION, msg);
 	return -1;
 }
 
@@ -273,11 +299,6 @@ int journal_schema_open(const char *path, bool durable_full, sqlite3 **out,
 	}
 	if (journal_schema_migrate(db, path, err, len) < 0)
 		goto fail;
-	/* Issue 10's groups table, outside the numbered steps for now. */
-	if (group_store_schema(db, msg, sizeof(msg)) < 0) {
-		snprintf(err, len, "%s: %s", path, msg);
-		goto fail;
-	}
 	/*
 	 * FULL: the WAL is fsynced at every commit, so an acknowledged spawn
 	 * survives power loss.  NORMAL: fsynced at checkpoints only, which

@@ -54,6 +54,7 @@ enum {
 	JEV_CANCEL,
 	JEV_PRUNE,
 	JEV_EXEC,
+	JEV_REQUEUE,
 };
 
 struct jev {
@@ -74,6 +75,10 @@ struct jev {
 			uint64_t started_us;
 		} st;
 		struct {
+			uint32_t run;
+			uint64_t next_us;
+		} rq;
+		struct {
 			int64_t pgid;              /* 0: the group is gone */
 			uint64_t start_ticks;
 		} ex;
@@ -87,7 +92,7 @@ struct jev {
 			int exit_code, signal;
 		} fi;
 		struct {
-			uint64_t before_us, keep;
+			uint64_t before_us, keep, keep_per_user;
 			journal_prune_fn *done;
 			void *arg;
 		} pr;
@@ -101,6 +106,7 @@ enum {
 	JST_CANCEL,
 	JST_MAXID,
 	JST_EXEC,
+	JST_REQUEUE,
 	JST_COUNT,
 };
 
@@ -124,6 +130,11 @@ static const char *const journal_sql[JST_COUNT] = {
 	/* NULL binds (the group is gone) clear both. */
 	[JST_EXEC] = "UPDATE tasks SET pgid = ?2, pg_start = ?3 "
 	             "WHERE id = ?1 AND state < 3",
+	/* A failed run with retries left: queued again, its run's group
+	 * gone (the run ended, its processes with it). */
+	[JST_REQUEUE] = "UPDATE tasks SET state = 1, run = ?2, next_us = ?3, "
+	                "started_us = 0, pgid = NULL, pg_start = NULL "
+	                "WHERE id = ?1 AND state < 3",
 };
 
 static struct {
@@ -355,6 +366,22 @@ void journal_finished(const struct journal_finish *f)
 	journal_push_one(e);
 }
 
+void journal_requeued(uint64_t id, uint32_t run, uint64_t next_us)
+{
+	struct jev *e = calloc(1, sizeof(*e));
+
+	if (e == NULL) {
+		log_warnx("journal: out of memory; task %llu's retry is not "
+		          "recorded", (unsigned long long)id);
+		return;
+	}
+	e->type = JEV_REQUEUE;
+	e->id = id;
+	e->u.rq.run = run;
+	e->u.rq.next_us = next_us;
+	journal_push_one(e);
+}
+
 void journal_cancel_requested(uint64_t id)
 {
 	struct jev *e = calloc(1, sizeof(*e));
@@ -366,8 +393,8 @@ void journal_cancel_requested(uint64_t id)
 	journal_push_one(e);
 }
 
-int journal_prune(uint64_t before_us, uint64_t keep, journal_prune_fn *done,
-                  void *arg)
+int journal_prune(uint64_t before_us, uint64_t keep, uint64_t keep_per_user,
+                  journal_prune_fn *done, void *arg)
 {
 	struct jev *e = calloc(1, sizeof(*e));
 
@@ -376,6 +403,7 @@ int journal_prune(uint64_t before_us, uint64_t keep, journal_prune_fn *done,
 	e->type = JEV_PRUNE;
 	e->u.pr.before_us = before_us;
 	e->u.pr.keep = keep;
+	e->u.pr.keep_per_user = keep_per_user;
 	e->u.pr.done = done;
 	e->u.pr.arg = arg;
 	if (!journal_push(e, e)) {
@@ -539,6 +567,12 @@ static int journal_write(const struct jev *e, const struct journal_idset *fin)
 			                   (sqlite3_int64)e->u.ex.start_ticks);
 		}
 		return journal_step(st);
+	case JEV_REQUEUE:
+		st = journal.st[JST_REQUEUE];
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)e->id);
+		sqlite3_bind_int64(st, 2, e->u.rq.run);
+		sqlite3_bind_int64(st, 3, (sqlite3_int64)e->u.rq.next_us);
+		return journal_step(st);
 	case JEV_CANCEL:
 		st = journal.st[JST_CANCEL];
 		sqlite3_bind_int64(st, 1, (sqlite3_int64)e->id);
@@ -629,7 +663,8 @@ static void journal_run_prunes(struct jev *b)
 	for (struct jev *e = b; e != NULL; e = e->next) {
 		struct journal_pruned *p = malloc(sizeof(*p));
 		int64_t n = journal_prune_run(journal.db, e->u.pr.before_us,
-		                              e->u.pr.keep);
+		                              e->u.pr.keep,
+		                              e->u.pr.keep_per_user);
 		if (p == NULL) {
 			log_warnx("journal: out of memory for a prune reply");
 			continue;

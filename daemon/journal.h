@@ -16,7 +16,7 @@
 /* "ROKJ": PRAGMA application_id of a rok journal. */
 #define JOURNAL_APPLICATION_ID 0x524f4b4a
 /* PRAGMA user_version this rokd writes (the last migration step). */
-#define JOURNAL_SCHEMA_VERSION 2
+#define JOURNAL_SCHEMA_VERSION 4
 
 /* ---- journal-schema.c (main thread, before the journal thread runs) --- */
 /*
@@ -31,11 +31,6 @@ int journal_schema_open(const char *path, bool durable_full, sqlite3 **db,
                         char *err, size_t len);
 /* Runs one statement; SQLITE_OK or an sqlite error, message in err. */
 int journal_schema_exec(sqlite3 *db, const char *sql, char *err, size_t len);
-
-/* ---- group.c: the journal's groups table (see group.c) ---------------- */
-/* Creates the table if absent (journal_schema_open, after the migration
- * steps): 0, or -1 with a message. */
-int group_store_schema(sqlite3 *db, char *err, size_t len);
 
 /* ---- journal.c --------------------------------------------------------- */
 /* Main thread: opens <state_dir>/journal.db (see journal_schema_open);
@@ -87,6 +82,9 @@ struct journal_finish {
 };
 void journal_finished(const struct journal_finish *f);
 void journal_cancel_requested(uint64_t id);
+/* A failed run of id with retries left: queued again as run `run`, not
+ * before next_us (wall clock). */
+void journal_requeued(uint64_t id, uint32_t run, uint64_t next_us);
 /*
  * Any thread: the child of exec task `id` started and leads process group
  * `pgid`, which it created at `start_ticks` (/proc/<pid>/stat field 22).
@@ -101,18 +99,21 @@ void journal_exec_gone(uint64_t id);
 /*
  * Any thread: deletes finished tasks that finished before `before_us`
  * (0: no age limit) or are older than the `keep` most recent finished ones
- * (UINT64_MAX: no count limit), with their output files, on the journal
- * thread; done(arg, pruned count or -errno, msg) runs on the reactor
- * thread.  0 or -ENOMEM / -ESHUTDOWN (done never runs then).
+ * (UINT64_MAX: no count limit) or than their uid's `keep_per_user` most
+ * recent (UINT64_MAX: no such limit), with their output files, on the
+ * journal thread; done(arg, pruned count or -errno, msg) runs on the
+ * reactor thread.  0 or -ENOMEM / -ESHUTDOWN (done never runs then).
  */
 typedef void journal_prune_fn(void *arg, int64_t n, const char *msg);
-int journal_prune(uint64_t before_us, uint64_t keep, journal_prune_fn *done,
-                  void *arg);
+int journal_prune(uint64_t before_us, uint64_t keep, uint64_t keep_per_user,
+                  journal_prune_fn *done, void *arg);
 
 /* ---- journal-prune.c (journal thread) ---------------------------------- */
 /* Deletes what journal_prune asked for: the count, or -errno. */
-int64_t journal_prune_run(sqlite3 *db, uint64_t before_us, uint64_t keep);
-/* The retention of rokd.conf (keep_finished, keep_finished_for) applied
+int64_t journal_prune_run(sqlite3 *db, uint64_t before_us, uint64_t keep,
+                          uint64_t keep_per_user);
+/* The retention of rokd.conf (keep_finished, keep_finished_per_user,
+ * keep_finished_for) applied
  * now; called periodically by the journal thread. */
 void journal_prune_retention(sqlite3 *db);
 

@@ -80,10 +80,13 @@ static rok_poll runner_poll(rok_cx *cx, void *frame)
 		if (how != RT_SUCCEEDED)
 			o.state = how;
 		uint64_t id = tasktab_id(f->rec);
-		tasktab_finish(f->rec, &o);   /* f->rec may go from here on */
-		/* After the finish: its slot is free once it is seen ended. */
+		/* f->rec may go from here on.  A gated task, which may run
+		 * again, never has a reply here (its waiter answers). */
+		bool ended = tasktab_finish(f->rec, &o);
+		/* After the finish: its slot is free once it is seen ended
+		 * (or queued again for a retry, which takes a new ticket). */
 		queue_leave(f->ticket);
-		if (f->reply.conn != NULL)
+		if (ended && f->reply.conn != NULL)
 			tasktab_reply(id, &f->reply);
 		logs_notify(id);   /* followers of its output see the end */
 	}

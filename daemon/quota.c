@@ -3,11 +3,13 @@
  * a cap per uid, so that one user cannot take all of a global limit and
  * lock everyone else out.
  *
- * Counted today: connections (max_connections_per_user), requests in flight
+ * Counted here: connections (max_connections_per_user), requests in flight
  * (max_waits_per_user: every request counted by conn_begin_wait, over all of
- * the uid's connections) and logs streams (max_followers_per_user).  A new
- * kind (running or queued tasks) is one more enum value, config key and
- * name in the table below.  Root is counted like everyone: a root client
+ * the uid's connections) and logs streams (max_followers_per_user).  Queued
+ * tasks (max_queued_per_user) and queued + running tasks
+ * (max_running_per_user) are counted by tasktab.c under the task table's
+ * lock, which every change of a task's state already holds; they are in
+ * the table below for their keys and messages (quota_explain).  Root is counted like everyone: a root client
  * holding thousands of streams starves others just the same, and an
  * administrator who wants more raises the caps.
  *
@@ -51,10 +53,13 @@ static struct {
 static const struct {
 	const char *key;            /* the rokd.conf key of its cap */
 	const char *what;           /* for messages: "too many ..." */
-} quota_kinds[QUOTA_NKINDS] = {
+} quota_kinds[QUOTA_NALL] = {
 	[QUOTA_CONNECTIONS] = { "max_connections_per_user", "connections" },
 	[QUOTA_WAITS] = { "max_waits_per_user", "requests in flight" },
 	[QUOTA_FOLLOWERS] = { "max_followers_per_user", "logs streams" },
+	[QUOTA_QUEUED] = { "max_queued_per_user", "queued tasks" },
+	[QUOTA_RUNNING] = { "max_running_per_user",
+	                    "queued and running tasks" },
 };
 
 uint64_t quota_cap(int kind)
@@ -64,6 +69,8 @@ uint64_t quota_cap(int kind)
 	case QUOTA_CONNECTIONS: return CONFIG_LIMIT(max_connections_per_user);
 	case QUOTA_WAITS: return CONFIG_LIMIT(max_waits_per_user);
 	case QUOTA_FOLLOWERS: return CONFIG_LIMIT(max_followers_per_user);
+	case QUOTA_QUEUED: return CONFIG_LIMIT(max_queued_per_user);
+	case QUOTA_RUNNING: return CONFIG_LIMIT(max_running_per_user);
 	}
 	return 0;
 }

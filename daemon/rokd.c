@@ -323,6 +323,10 @@ static void rokd_reload_apply(void *arg)
 	ROKD_SET(max_output);
 	ROKD_SET(max_queued);
 	ROKD_SET(max_finished);
+	ROKD_SET(max_queued_per_user);
+	ROKD_SET(max_running_per_user);
+	ROKD_SET(max_finished_per_user);
+	ROKD_SET(keep_finished_per_user);
 	ROKD_SET(max_connections);
 	ROKD_SET(max_ids);
 	ROKD_SET(max_connections_per_user);
@@ -462,6 +466,7 @@ int main(int argc, char **argv)
 	rokd_notify("STOPPING=1");
 	if (reactor_call(rokd_shutdown_cb, NULL) < 0)
 		log_warnx("could not reach the reactor to stop accepting");
+	gate_stop();   /* waiting tasks stay queued for the next start */
 	tasktab_cancel_all();
 	/* Exec tasks end once their children are dead: give them their kill
 	 * grace before the runtime's own cancel, which kills at once. */
@@ -488,6 +493,7 @@ int main(int argc, char **argv)
 		conn_free_leftovers();   /* the reactor thread has ended */
 	/* Every task has ended and told the journal: write it all. */
 	journal_stop();
+	gate_free();
 	tasktab_free();
 	queue_free();
 	config_free(&config);

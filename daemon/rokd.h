@@ -67,6 +67,10 @@ struct config {
 	uint32_t max_connections_per_user;
 	uint32_t max_waits_per_user;
 	uint32_t max_followers_per_user;
+	uint64_t max_queued_per_user;       /* tasks not started yet */
+	uint64_t max_running_per_user;      /* queued + running, at spawn */
+	uint64_t max_finished_per_user;     /* finished kept in memory */
+	uint64_t keep_finished_per_user;    /* finished kept in the journal */
 	char *socket_group;         /* root: group that may connect */
 	bool root;                  /* running as root */
 	/* exec tasks */
@@ -173,6 +177,11 @@ enum {
 	QUOTA_WAITS,                /* max_waits_per_user */
 	QUOTA_FOLLOWERS,            /* max_followers_per_user */
 	QUOTA_NKINDS,
+	/* Counted by tasktab.c under its own lock (not with quota_take);
+	 * here for quota_explain. */
+	QUOTA_QUEUED = QUOTA_NKINDS,    /* max_queued_per_user */
+	QUOTA_RUNNING,                  /* max_running_per_user */
+	QUOTA_NALL,
 };
 /* Takes one of `kind` for uid: true, or false when uid holds its cap. */
 bool quota_take(uid_t uid, int kind);
@@ -248,7 +257,9 @@ void tasktab_free(void);
 
 /*
  * Creates a queued task for `uid` from `spec` (validated by the caller),
- * with a fresh id.  -EAGAIN when config.max_queued tasks are queued.
+ * with a fresh id.  -EAGAIN when config.max_queued tasks are queued,
+ * -EDQUOT when uid has max_queued_per_user queued, -EUSERS when it has
+ * max_running_per_user queued and running, -ENOMEM.
  */
 int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
                    struct rtask **out);
@@ -279,7 +290,13 @@ void tasktab_reply(uint64_t id, const struct rt_reply *reply);
 
 /* The worker side of a kind: marks the task running / finished. */
 void tasktab_running(struct rtask *r);
-void tasktab_finish(struct rtask *r, struct rt_outcome *o);
+/*
+ * The end of a run.  A failed run (not cancelled nor timed out) of a gated
+ * task with retry_failed runs left goes back to queued (run + 1) to wait
+ * for its backoff (gate_retry): false then, and o->value was freed.  true:
+ * the final outcome.
+ */
+bool tasktab_finish(struct rtask *r, struct rt_outcome *o);
 
 /*
  * Looks `id` up for `uid` (root sees all).  On success *handle gets a new
@@ -359,11 +376,64 @@ size_t tasktab_list_group(uid_t uid, int state, const uint8_t *group,
                           size_t group_len, uint64_t after, size_t limit,
                           size_t budget, TaskInfo **infos, bool *more);
 
+/*
+ * For gate.c.  tasktab_dep_visible: whether id exists (in memory or the
+ * journal, which it may read) and uid may see it: 0 or an ErrorCode.
+ * tasktab_dep_state: a record's state in memory (0: pruned), or -1 when it
+ * is not in memory (finished: see the journal).  tasktab_set_life: the
+ * handle joins get until the final outcome (taken).  tasktab_set_wait: what
+ * `waiting` shows of a gated record (a dependency, a start time).
+ * tasktab_not_before: a recovered retry's backoff deadline, or 0.
+ * tasktab_set_run: recovery: the run number and backoff deadline.
+ */
+int tasktab_dep_visible(uint64_t id, uid_t uid);
+int tasktab_dep_state(uint64_t id);
+void tasktab_set_life(struct rtask *r, rok_task *life);
+void tasktab_set_wait(struct rtask *r, uint64_t dep, uint64_t not_before_us);
+uint64_t tasktab_not_before(const struct rtask *r);
+void tasktab_set_run(struct rtask *r, uint32_t run, uint64_t not_before_us);
+
 /* Tasks by state, for stats. */
 void tasktab_counts(uint64_t counts[RT_NSTATES]);
 
 /* Cancels every unfinished task (shutdown). */
 void tasktab_cancel_all(void);
+
+/*
+ * gate.c: what a task waits for before it starts (dependencies, start
+ * time, a retry's backoff).  Any thread unless said; see gate.c.
+ */
+/* More runs than this after failures are refused (TaskSpec.retry_failed). */
+#define GATE_RETRY_MAX 1000
+/* Whether a spec waits for anything (else it is started as it comes). */
+bool gate_needed(const TaskSpec *spec);
+/* Reactor thread, at spawn: the spec's dependencies exist and are visible
+ * to uid, its start time and retry settings within bounds; 0, or -1 with
+ * a message in err (INVALID_ARGUMENT). */
+int gate_check(const TaskSpec *spec, uid_t uid, char *err, size_t len);
+/*
+ * A committed (or recovered) task with gate_needed(spec): held until its
+ * dependencies and time allow, then started; packed (borrowed) is kept for
+ * every run.  A spawn --wait on it is a waiter's (waiter_start), whose
+ * handle (tasktab_lookup) ends with the final outcome, across retries.
+ * 0, or -ENOMEM (the task was failed).
+ */
+int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
+                size_t len);
+int gate_submit_packed(struct rtask *r, const uint8_t *packed, size_t len);
+/* tasktab_finish, after a task's final outcome: its dependents resolve;
+ * `gated`: its own entry goes.  Cheap when nothing depends on anything. */
+void gate_ended(uint64_t id, int state, bool gated);
+/* tasktab_finish: a failed run of id goes back to wait for its backoff. */
+void gate_retry(uint64_t id, uint64_t not_before_us);
+/* tasktab_cancel: a client cancelled gated task id; if it has not started,
+ * it ends cancelled now and its `after` dependents with it. */
+void gate_cancel(uint64_t id);
+/* Shutdown (before tasktab_cancel_all): nothing leaves the gate any more;
+ * waiting tasks stay queued in the journal. */
+void gate_stop(void);
+/* Main thread, after rok_stop. */
+void gate_free(void);
 
 /* ---- kind.c, kind-*.c: what a task does ------------------------------- */
 struct kind {

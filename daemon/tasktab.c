@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include "journal.h"
 #include "rokd.h"
@@ -54,13 +55,40 @@ struct rtask {
 	void *ctl;                     /* kind->cancel's argument, if set */
 	uint64_t spawned_us, started_us, finished_us;
 	uint32_t retries;              /* runs again after an interruption */
+	uint32_t run;                  /* 1 = first run (retry_failed) */
+	uint32_t retry_failed;         /* from the spec: more runs on failure */
+	uint64_t backoff_ms;
+	uint64_t not_before_us;        /* queued: delay or retry backoff */
+	uint64_t wait_dep;             /* queued: a dependency not ended yet */
+	bool gated;                    /* gate.c holds it: gate_ended hears
+	                                  of its end */
+	rok_task *life;                /* gated: ends with its final outcome,
+	                                  for joins (gate.c) */
 	bool cancel_requested;         /* by a client, not by the shutdown */
 	bool gone;                     /* pruned: no longer visible */
 	rok_task *handle;              /* the runtime task, until finished */
 	struct rtask *hnext;           /* hash chain */
 	struct rtask *prev, *next;     /* all records, in id order */
-	struct rtask *fnext;           /* finished FIFO */
+	struct rtask *fnext, *fprev;   /* finished FIFO */
+	struct rtask *ufnext;          /* its uid's finished FIFO */
+	struct tasktab_user *user;     /* what its uid holds */
 };
+
+/*
+ * What one uid holds: its queued and running tasks (max_queued_per_user,
+ * max_running_per_user, checked at spawn) and its finished records in
+ * memory, oldest first (max_finished_per_user: one user's flood of
+ * finished tasks evicts that user's oldest, never another's).  Under the
+ * table's lock; freed when it holds nothing.
+ */
+struct tasktab_user {
+	uid_t uid;
+	uint64_t queued, running, nfinished;
+	struct rtask *fhead, *ftail;
+	struct tasktab_user *next;
+};
+
+#define TASKTAB_USER_BUCKETS 256
 
 static struct {
 	pthread_mutex_t lock;
@@ -73,6 +101,7 @@ static struct {
 	uint64_t nfinished;
 	uint64_t counts[RT_NSTATES];
 	bool stopping;                 /* tasktab_cancel_all ran */
+	struct tasktab_user *users[TASKTAB_USER_BUCKETS];
 } tab = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static uint64_t tasktab_now_us(void)
@@ -94,6 +123,7 @@ int tasktab_init(void)
 static void tasktab_free_record(struct rtask *r)
 {
 	rok_task_unref(r->handle);
+	rok_task_unref(r->life);
 	free(r->args);
 	free(r->value);
 	free(r->reason);
@@ -114,6 +144,13 @@ void tasktab_free(void)
 	tab.buckets = NULL;
 	tab.head = tab.tail = tab.fhead = tab.ftail = NULL;
 	tab.count = tab.nfinished = 0;
+	for (size_t b = 0; b < TASKTAB_USER_BUCKETS; b++) {
+		while (tab.users[b] != NULL) {
+			struct tasktab_user *u = tab.users[b];
+			tab.users[b] = u->next;
+			free(u);
+		}
+	}
 	memset(tab.counts, 0, sizeof(tab.counts));
 	pthread_mutex_unlock(&tab.lock);
 }
@@ -133,6 +170,45 @@ static struct rtask *tasktab_find(uint64_t id)
 	while (r != NULL && r->id != id)
 		r = r->hnext;
 	return r;
+}
+
+/* Lock held.  uid's entry, created if absent (NULL: out of memory). */
+static struct tasktab_user *tasktab_user_get(uid_t uid)
+{
+	struct tasktab_user **b = &tab.users[(uid * 2654435761u) %
+	                                     TASKTAB_USER_BUCKETS];
+	struct tasktab_user *u = *b;
+
+	while (u != NULL && u->uid != uid)
+		u = u->next;
+	if (u == NULL && (u = calloc(1, sizeof(*u))) != NULL) {
+		u->uid = uid;
+		u->next = *b;
+		*b = u;
+	}
+	return u;
+}
+
+/* Lock held.  Frees u once it holds nothing. */
+static void tasktab_user_put(struct tasktab_user *u)
+{
+	if (u->queued != 0 || u->running != 0 || u->nfinished != 0)
+		return;
+	struct tasktab_user **b = &tab.users[(u->uid * 2654435761u) %
+	                                     TASKTAB_USER_BUCKETS];
+	while (*b != u)
+		b = &(*b)->next;
+	*b = u->next;
+	free(u);
+}
+
+/* Lock held.  Counts r in (delta 1) or out of (-1) its state for its uid. */
+static void tasktab_user_count(struct rtask *r, int delta)
+{
+	if (r->state == RT_QUEUED)
+		r->user->queued += (uint64_t)(int64_t)delta;
+	else if (r->state == RT_RUNNING)
+		r->user->running += (uint64_t)(int64_t)delta;
 }
 
 /* Lock held.  Doubles the buckets when the table is full; failure to grow
@@ -180,20 +256,52 @@ static void tasktab_unlink(struct rtask *r)
 		tab.tail = r->prev;
 	tab.count--;
 	tab.counts[r->state]--;
+	tasktab_user_count(r, -1);
+	tasktab_user_put(r->user);
 	tasktab_free_record(r);
 }
 
-/* Lock held.  Forgets the oldest finished records beyond the cap. */
-static void tasktab_evict(void)
+/* Lock held.  Takes a finished record, the oldest of its uid, off both
+ * FIFOs and forgets it. */
+static void tasktab_evict_one(struct rtask *r)
 {
-	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL) {
-		struct rtask *r = tab.fhead;
+	struct tasktab_user *u = r->user;
+
+	if (r->fprev != NULL)
+		r->fprev->fnext = r->fnext;
+	else
 		tab.fhead = r->fnext;
-		if (tab.fhead == NULL)
-			tab.ftail = NULL;
-		tab.nfinished--;
-		tasktab_unlink(r);
+	if (r->fnext != NULL)
+		r->fnext->fprev = r->fprev;
+	else
+		tab.ftail = r->fprev;
+	tab.nfinished--;
+	/* Both FIFOs are in finish order: the oldest of the table is the
+	 * oldest of its uid, and so is the one a uid's cap evicts. */
+	u->fhead = r->ufnext;
+	if (u->fhead == NULL)
+		u->ftail = NULL;
+	u->nfinished--;
+	tasktab_unlink(r);
+}
+
+/*
+ * Lock held.  Forgets the oldest finished records beyond the caps: first
+ * the uid's own (max_finished_per_user) when `u` is given, then the
+ * table's (max_finished), which only bites when several users each hold
+ * close to their cap; memory stays bounded either way.
+ */
+static void tasktab_evict(struct tasktab_user *u)
+{
+	while (u != NULL && u->nfinished > CONFIG_LIMIT(max_finished_per_user)
+	       && u->fhead != NULL) {
+		bool last = u->nfinished == 1;
+		tasktab_evict_one(u->fhead);   /* may free u when last */
+		if (last)
+			u = NULL;
 	}
+	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL)
+		tasktab_evict_one(tab.fhead);
 }
 
 /* Copies a spec's args into one allocation. */
@@ -241,6 +349,9 @@ static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
 	r->kind = k;
 	r->state = RT_QUEUED;
 	r->spawned_us = tasktab_now_us();
+	r->run = 1;
+	r->retry_failed = spec->retry_failed;
+	r->backoff_ms = spec->backoff_ms;
 	return r;
 }
 
@@ -260,7 +371,8 @@ static void tasktab_insert(struct rtask *r)
 		tab.head = r;
 	tab.tail = r;
 	tab.count++;
-	tasktab_evict();
+	tasktab_user_count(r, 1);
+	tasktab_evict(NULL);
 }
 
 int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
@@ -272,10 +384,24 @@ int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
 	if (r == NULL)
 		return -ENOMEM;
 	pthread_mutex_lock(&tab.lock);
-	if (tab.counts[RT_QUEUED] >= CONFIG_LIMIT(max_queued)) {
+	int err = 0;
+	if (tab.counts[RT_QUEUED] >= CONFIG_LIMIT(max_queued))
+		err = -EAGAIN;
+	else if ((r->user = tasktab_user_get(uid)) == NULL)
+		err = -ENOMEM;
+	else if (r->user->queued >= CONFIG_LIMIT(max_queued_per_user))
+		err = -EDQUOT;
+	/* Every queued task will run: bounding the uid's unfinished tasks
+	 * at spawn bounds its running ones. */
+	else if (r->user->queued + r->user->running >=
+	         CONFIG_LIMIT(max_running_per_user))
+		err = -EUSERS;
+	if (err < 0) {
+		if (r->user != NULL)
+			tasktab_user_put(r->user);
 		pthread_mutex_unlock(&tab.lock);
 		tasktab_free_record(r);
-		return -EAGAIN;
+		return err;
 	}
 	r->id = tab.next_id++;
 	tasktab_insert(r);
@@ -297,6 +423,11 @@ int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
 	r->spawned_us = spawned_us;
 	r->retries = retries;
 	pthread_mutex_lock(&tab.lock);
+	if ((r->user = tasktab_user_get(uid)) == NULL) {
+		pthread_mutex_unlock(&tab.lock);
+		tasktab_free_record(r);
+		return -ENOMEM;
+	}
 	tasktab_insert(r);
 	if (tab.next_id <= id)
 		tab.next_id = id + 1;
@@ -377,13 +508,23 @@ static void tasktab_set_state(struct rtask *r, int state)
 {
 	tab.counts[r->state]--;
 	tab.counts[state]++;
+	tasktab_user_count(r, -1);
 	r->state = state;
+	tasktab_user_count(r, 1);
 }
 
 int tasktab_start(struct rtask *r, const TaskSpec *spec,
                   const struct rt_reply *reply)
 {
 	rok_task *h;
+	/*
+	 * Read without the lock (the hot path takes it once less): run only
+	 * changes when a run of r fails (tasktab_requeue), and that of the
+	 * run started here comes after kind_spawn, which publishes this read
+	 * before it; an earlier run's came before the gate started this one
+	 * (ordered by gate.lock).
+	 */
+	uint32_t run = r->run;
 	int err = kind_spawn(r, r->kind, spec, reply, &h);
 
 	if (err < 0) {
@@ -397,7 +538,10 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 		return err;
 	}
 	pthread_mutex_lock(&tab.lock);
-	if (r->state == RT_QUEUED || r->state == RT_RUNNING) {
+	/* The same run: one that failed at once may be queued again for
+	 * its retry already (run + 1), and its handle is no longer kept. */
+	if ((r->state == RT_QUEUED || r->state == RT_RUNNING) &&
+	    r->run == run) {
 		r->handle = h;   /* kept for join, race and cancel */
 		/* A spawn whose journal commit completed after the stop began
 		 * (tasktab_cancel_all), or that a client cancelled meanwhile:
@@ -445,9 +589,51 @@ void tasktab_running(struct rtask *r)
 		journal_started(id, us);
 }
 
-void tasktab_finish(struct rtask *r, struct rt_outcome *o)
+/*
+ * Lock held.  A failed run with retry_failed runs left: back to queued,
+ * run + 1, not before now + backoff_ms * 2^(run - 2) (saturated, capped at
+ * DURATION_MAX_MS).  Cancelled and timed-out runs are final: a cancel is
+ * the client's word, and a timeout is the client's own limit, which the
+ * next run would likely pass as well.  The output kept is the last run's
+ * (each exec run starts a fresh file).
+ */
+static bool tasktab_requeue(struct rtask *r, const struct rt_outcome *o)
+{
+	/* Also while rokd stops: the failure was real, and the next start
+	 * runs the retry (the gate starts nothing once stopping). */
+	if (o->state != RT_FAILED || !r->gated || r->cancel_requested ||
+	    r->run > r->retry_failed)
+		return false;
+	uint64_t ms = r->backoff_ms;
+	for (uint32_t k = 1; k < r->run && ms < DURATION_MAX_MS; k++)
+		ms *= 2;   /* ms < 2^39 before: no wrap */
+	if (ms > DURATION_MAX_MS)
+		ms = DURATION_MAX_MS;
+	r->run++;
+	r->not_before_us = tasktab_now_us() + ms * 1000;
+	tasktab_set_state(r, RT_QUEUED);
+	r->started_us = 0;
+	r->ctl = NULL;
+	r->ticket = NULL;   /* the runner's queue_leave frees it */
+	return true;
+}
+
+bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 {
 	pthread_mutex_lock(&tab.lock);
+	if (tasktab_requeue(r, o)) {
+		uint64_t id = r->id, nb = r->not_before_us;
+		uint32_t run = r->run;
+		rok_task *h = r->handle;
+		r->handle = NULL;
+		journal_requeued(id, run, nb);
+		pthread_mutex_unlock(&tab.lock);
+		free(o->value);
+		o->value = NULL;
+		rok_task_unref(h);   /* as below: the runner holds its own */
+		gate_retry(id, nb);
+		return false;
+	}
 	/* Cancelled by the shutdown, not by a client: interrupted, and its
 	 * row stays unfinished for the next start to deal with. */
 	bool journaled = true;
@@ -473,14 +659,27 @@ void tasktab_finish(struct rtask *r, struct rt_outcome *o)
 	if (o->reason[0] != '\0')
 		r->reason = strdup(o->reason);   /* NULL on ENOMEM: no reason */
 	/* The runtime task is about to end: joiners see this record. */
-	rok_task *h = r->handle;
+	rok_task *h = r->handle, *life = r->life;
 	r->handle = NULL;
+	r->life = NULL;
+	r->wait_dep = 0;
+	uint64_t id = r->id;
+	int state = r->state;
+	bool gated = r->gated;
+	r->fprev = tab.ftail;
 	if (tab.ftail != NULL)
 		tab.ftail->fnext = r;
 	else
 		tab.fhead = r;
 	tab.ftail = r;
 	tab.nfinished++;
+	struct tasktab_user *u = r->user;
+	if (u->ftail != NULL)
+		u->ftail->ufnext = r;
+	else
+		u->fhead = r;
+	u->ftail = r;
+	u->nfinished++;
 	struct journal_finish jf = {
 		.id = r->id, .state = r->state, .started_us = r->started_us,
 		.finished_us = r->finished_us, .value = r->value,
@@ -496,12 +695,20 @@ void tasktab_finish(struct rtask *r, struct rt_outcome *o)
 		/* Its processes, if it had any, were killed and reaped before
 		 * its poll ended: the next start has no group to look for. */
 		journal_exec_gone(jf.id);
+	tasktab_evict(u);   /* r may go here */
 	pthread_mutex_unlock(&tab.lock);
 	/*
 	 * Dropped after unlocking: the poll that calls this still holds the
 	 * runtime's own reference, so this never frees the running task.
 	 */
 	rok_task_unref(h);
+	/* Waits on a gated task end now, with the record final. */
+	if (life != NULL) {
+		rok_task_cancel(life);
+		rok_task_unref(life);
+	}
+	gate_ended(id, state, gated);
+	return true;
 }
 
 /* Lock held: the record as `uid` may see it, or an error code. */
@@ -525,7 +732,9 @@ int tasktab_lookup(uint64_t id, uid_t uid, rok_task **handle)
 	*handle = NULL;
 	pthread_mutex_lock(&tab.lock);
 	int code = tasktab_visible(id, uid, &r);
-	if (code == 0 && r->handle != NULL)
+	if (code == 0 && r->life != NULL)   /* gated: its final outcome */
+		*handle = rok_task_ref(r->life);
+	else if (code == 0 && r->handle != NULL)
 		*handle = rok_task_ref(r->handle);
 	/* An id never handed out is in no journal row either: no read. */
 	bool absent = code == ROK__V1__ERROR_CODE__NOT_FOUND && r == NULL &&
@@ -565,6 +774,32 @@ static uint8_t *tasktab_dup(const void *p, size_t n)
 	return d;
 }
 
+/* Lock held.  Why a gated queued record waits, for people. */
+static void tasktab_fill_waiting(const struct rtask *r, TaskInfo *info)
+{
+	char buf[128], at[64] = "";
+
+	if (r->not_before_us != 0) {
+		time_t t = (time_t)(r->not_before_us / 1000000);
+		struct tm tm;
+		if (localtime_r(&t, &tm) != NULL)
+			strftime(at, sizeof(at), "%Y-%m-%d %H:%M:%S", &tm);
+		info->not_before_us = r->not_before_us;
+	}
+	if (r->wait_dep != 0)
+		snprintf(buf, sizeof(buf), "after task %llu",
+		         (unsigned long long)r->wait_dep);
+	else if (r->run > 1 && at[0] != '\0')
+		snprintf(buf, sizeof(buf), "retry %u of %u at %s", r->run - 1,
+		         r->retry_failed, at);
+	else if (at[0] != '\0' && r->not_before_us > tasktab_now_us())
+		snprintf(buf, sizeof(buf), "not before %s", at);
+	else
+		return;
+	info->waiting.data = tasktab_dup(buf, strlen(buf));
+	info->waiting.len = info->waiting.data != NULL ? strlen(buf) : 0;
+}
+
 /* Lock held.  Fills info from r with copies. */
 static void tasktab_fill(const struct rtask *r, TaskInfo *info)
 {
@@ -585,16 +820,20 @@ static void tasktab_fill(const struct rtask *r, TaskInfo *info)
 	info->started_us = r->started_us;
 	info->finished_us = r->finished_us;
 	info->retries = r->retries;
+	info->run = r->run;
 	const char *g = r->group != NULL ? r->group : "default";
 	if ((info->group.data = tasktab_dup(g, strlen(g))) != NULL)
 		info->group.len = strlen(g);
 	info->priority = (Rok__V1__Priority)queue_wire_priority(r->cls);
+	/* Queued: in its group's queue (a ticket), or still in the gate. */
 	if (r->state == RT_QUEUED && r->ticket != NULL) {
 		char why[160];
 		queue_waiting(r->ticket, why, sizeof(why));
 		if (why[0] != '\0' && (info->waiting.data = tasktab_dup(
 			                        why, strlen(why))) != NULL)
 			info->waiting.len = strlen(why);
+	} else if (r->state == RT_QUEUED && r->gated) {
+		tasktab_fill_waiting(r, info);
 	}
 	if (r->reason != NULL && (info->reason.data = tasktab_dup(
 		                          r->reason, strlen(r->reason))) != NULL)
@@ -682,9 +921,9 @@ void tasktab_infos_free(TaskInfo **infos, size_t n)
 void tasktab_info_free(TaskInfo *info)
 {
 	free(info->value.data);
+	free(info->waiting.data);
 	free(info->reason.data);
 	free(info->group.data);
-	free(info->waiting.data);
 	for (size_t i = 0; i < info->n_args; i++)
 		free(info->args[i].data);
 	free(info->args);
@@ -717,6 +956,7 @@ int tasktab_cancel(uint64_t id, uid_t uid)
 	bool live = code == 0 &&
 	            (r->state == RT_QUEUED || r->state == RT_RUNNING);
 	bool journal = live && !r->cancel_requested;
+	bool gated = live && r->gated;
 	if (live) {
 		r->cancel_requested = true;
 		tasktab_cancel_one(r);
@@ -726,6 +966,8 @@ int tasktab_cancel(uint64_t id, uid_t uid)
 	pthread_mutex_unlock(&tab.lock);
 	if (journal)
 		journal_cancel_requested(id);
+	if (gated)   /* waiting in the gate: ended there, if not started */
+		gate_cancel(id);
 	if (absent)   /* finished before a restart: nothing to cancel */
 		code = journal_read_info(id, uid, NULL);
 	return code;
@@ -879,6 +1121,65 @@ size_t tasktab_list_group(uid_t uid, int state, const uint8_t *group,
 	return n;
 }
 
+int tasktab_dep_visible(uint64_t id, uid_t uid)
+{
+	struct rtask *r;
+
+	pthread_mutex_lock(&tab.lock);
+	int code = tasktab_visible(id, uid, &r);
+	bool absent = code == ROK__V1__ERROR_CODE__NOT_FOUND &&
+	              id < tab.next_id && tasktab_find(id) == NULL;
+	pthread_mutex_unlock(&tab.lock);
+	/* Evicted from memory: a point read by primary key.  On the reactor
+	 * thread at spawn; only for dependencies that finished long ago. */
+	if (absent)
+		code = journal_read_info(id, uid, NULL);
+	return code;
+}
+
+int tasktab_dep_state(uint64_t id)
+{
+	pthread_mutex_lock(&tab.lock);
+	struct rtask *r = tasktab_find(id);
+	int st = r == NULL ? -1 : r->gone ? 0 : r->state;
+	pthread_mutex_unlock(&tab.lock);
+	return st;
+}
+
+void tasktab_set_life(struct rtask *r, rok_task *life)
+{
+	pthread_mutex_lock(&tab.lock);
+	r->gated = true;
+	rok_task_unref(r->life);
+	r->life = life;
+	pthread_mutex_unlock(&tab.lock);
+}
+
+void tasktab_set_wait(struct rtask *r, uint64_t dep, uint64_t not_before_us)
+{
+	pthread_mutex_lock(&tab.lock);
+	r->gated = true;
+	r->wait_dep = dep;
+	r->not_before_us = not_before_us;
+	pthread_mutex_unlock(&tab.lock);
+}
+
+uint64_t tasktab_not_before(const struct rtask *r)
+{
+	pthread_mutex_lock(&tab.lock);
+	uint64_t nb = r->not_before_us;
+	pthread_mutex_unlock(&tab.lock);
+	return nb;
+}
+
+void tasktab_set_run(struct rtask *r, uint32_t run, uint64_t not_before_us)
+{
+	pthread_mutex_lock(&tab.lock);
+	r->run = run > 0 ? run : 1;
+	r->not_before_us = not_before_us;
+	pthread_mutex_unlock(&tab.lock);
+}
+
 void tasktab_counts(uint64_t counts[RT_NSTATES])
 {
 	pthread_mutex_lock(&tab.lock);
@@ -890,8 +1191,17 @@ void tasktab_cancel_all(void)
 {
 	pthread_mutex_lock(&tab.lock);
 	tab.stopping = true;
-	for (struct rtask *r = tab.head; r != NULL; r = r->next)
+	for (struct rtask *r = tab.head; r != NULL; r = r->next) {
 		if (r->state == RT_QUEUED || r->state == RT_RUNNING)
 			tasktab_cancel_one(r);
+		/* Waits on a task held by the gate end now (it stays queued
+		 * in the journal), not at the runtime's stop; and the handle
+		 * goes before the runtime's memory does. */
+		if (r->life != NULL) {
+			rok_task_cancel(r->life);
+			rok_task_unref(r->life);
+			r->life = NULL;
+		}
+	}
 	pthread_mutex_unlock(&tab.lock);
 }

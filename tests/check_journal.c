@@ -204,11 +204,13 @@ END_TEST
 
 /*
  * A journal written by a rokd of schema version 1 (the tasks table before
- * step 2) gains the pgid and pg_start columns, keeps its rows, and says
- * version 2; the version-1 SQL is spelled out here because a released
- * step never changes.
+ * step 2) gains the pgid and pg_start columns (step 2), then run and
+ * next_us (step 3), in one open, keeps its rows, and says version 3; the
+ * version-1 SQL is spelled out here because a released step never
+ * changes.  (tests/when.test migrates a version-2 journal written by the
+ * release before step 3.)
  */
-START_TEST(schema_migrates_1_to_2)
+START_TEST(schema_migrates_1_to_3)
 {
 	char path[128], err[512];
 	sqlite3 *db;
@@ -235,19 +237,21 @@ START_TEST(schema_migrates_1_to_2)
 		"PRAGMA application_id = 0x524f4b4a; PRAGMA user_version = 1",
 		NULL, NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
-	ck_assert_int_eq(JOURNAL_SCHEMA_VERSION, 2);
+	ck_assert_int_eq(JOURNAL_SCHEMA_VERSION, 3);
 	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
-	ck_assert_int_eq(jquery("PRAGMA user_version"), 2);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), 3);
 	ck_assert_int_eq(jquery("SELECT count(*) FROM pragma_table_info('tasks')"
 	                        " WHERE name IN ('pgid', 'pg_start')"), 2);
+	ck_assert_int_eq(jquery("SELECT run = 1 AND next_us = 0 FROM tasks "
+	                        "WHERE id = 7"), 1);
 	ck_assert_int_eq(jquery("SELECT state FROM tasks WHERE id = 7"),
 	                 RT_RUNNING);
 	ck_assert_int_eq(jquery("SELECT pgid IS NULL AND pg_start IS NULL "
 	                        "FROM tasks WHERE id = 7"), 1);
 	ck_assert_int_eq(jquery("SELECT value FROM meta WHERE key = 'max_id'"), 7);
-	/* Migrated once: a second open finds version 2 and changes nothing. */
+	/* Migrated once: a second open finds version 3 and changes nothing. */
 	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
-	ck_assert_int_eq(jquery("PRAGMA user_version"), 2);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), 3);
 	jcleanup();
 }
 END_TEST
@@ -488,7 +492,7 @@ START_TEST(prune_keeps_max_id)
 		ck_assert_int_ge(fd, 0);
 		close(fd);
 	}
-	ck_assert_int_eq(journal_prune(0, 1, jprune_cb, NULL), 0);
+	ck_assert_int_eq(journal_prune(0, 1, UINT64_MAX, jprune_cb, NULL), 0);
 	ck_assert_int_eq(sem_wait(&jpruned), 0);
 	ck_assert_int_eq(atomic_load(&jpruned_n), 3);   /* 1, 2, 3 */
 	ck_assert_int_eq(jquery("SELECT count(*) FROM tasks"), 2);
@@ -497,7 +501,7 @@ START_TEST(prune_keeps_max_id)
 	snprintf(out, sizeof(out), "%s/output/4.log", jdir);
 	ck_assert_int_eq(access(out, F_OK), 0);
 	/* Pruning the newest finished task keeps its id used. */
-	ck_assert_int_eq(journal_prune(0, 0, jprune_cb, NULL), 0);
+	ck_assert_int_eq(journal_prune(0, 0, UINT64_MAX, jprune_cb, NULL), 0);
 	ck_assert_int_eq(sem_wait(&jpruned), 0);
 	ck_assert_int_eq(atomic_load(&jpruned_n), 1);
 	ck_assert_int_eq(jquery("SELECT value FROM meta WHERE key = 'max_id'"), 5);
@@ -569,7 +573,7 @@ static Suite *journal_suite(void)
 	const struct test_case cases[] = {
 		{ "schema_new_and_reopen", schema_new_and_reopen },
 		{ "schema_refuses_unchanged", schema_refuses_unchanged },
-		{ "schema_migrates_1_to_2", schema_migrates_1_to_2 },
+		{ "schema_migrates_1_to_3", schema_migrates_1_to_3 },
 		{ "commit_then_complete", commit_then_complete },
 		{ "exec_group_rows", exec_group_rows },
 		{ "orphans_rules", orphans_rules },

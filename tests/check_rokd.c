@@ -14,7 +14,9 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1739,6 +1741,360 @@ START_TEST(race_duplicates)
 }
 END_TEST
 
+/* ---- what runs when: dependency checks, task quotas, retention ------- */
+
+/* A spawn of spec as request req_id; the reply's id, or 0 with *code set
+ * to the error (its message into msg). */
+static uint64_t rc_spawn_try(int fd, uint64_t req_id, Rok__V1__TaskSpec *spec,
+                             int *code, char *msg, size_t len)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__SpawnRequest sp = ROK__V1__SPAWN_REQUEST__INIT;
+
+	sp.spec = spec;
+	req.id = req_id;
+	req.body_case = ROK__V1__REQUEST__BODY_SPAWN;
+	req.spawn = &sp;
+	rc_send(fd, &req);
+	Response *r = rc_recv(fd);
+	if (r == NULL) {
+		*code = -1;
+		return 0;
+	}
+	uint64_t id = 0;
+	*code = r->error != NULL ? (int)r->error->code : 0;
+	if (msg != NULL)
+		snprintf(msg, len, "%.*s", r->error != NULL
+		         ? (int)r->error->message.len : 0, r->error != NULL
+		         ? (char *)r->error->message.data : "");
+	if (r->error == NULL && r->spawn != NULL)
+		id = r->spawn->id;
+	rok__v1__response__free_unpacked(r, NULL);
+	return id;
+}
+
+static uint64_t when_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/*
+ * Dependencies only on tasks the submitter may see: another user's id is
+ * INVALID_ARGUMENT, like an unknown one; the spec's new fields are
+ * bounded (max_ids dependencies, retry_failed, backoff, not_before).
+ */
+START_TEST(when_checks)
+{
+	rokd_start("socket_group = nogroup\nmax_ids = 4");
+	int fd = rc_hello();
+	uint64_t mine = rc_spawn(fd, "sleep", "1h");
+	char msg[200];
+	int code;
+	Rok__V1__TaskSpec spec = ROK__V1__TASK_SPEC__INIT;
+	spec.kind = bin("noop");
+
+	uint64_t five[5] = { mine, mine, mine, mine, mine };
+	spec.after = five;
+	spec.n_after = 5;
+	ck_assert_uint_eq(rc_spawn_try(fd, 60, &spec, &code, msg, sizeof(msg)),
+	                  0);
+	ck_assert_int_eq(code, ROK__V1__ERROR_CODE__INVALID_ARGUMENT);
+	ck_assert_msg(strstr(msg, "max_ids") != NULL, "%s", msg);
+	spec.n_after = 0;
+	spec.retry_failed = 1001;
+	(void)rc_spawn_try(fd, 61, &spec, &code, msg, sizeof(msg));
+	ck_assert_int_eq(code, ROK__V1__ERROR_CODE__INVALID_ARGUMENT);
+	spec.retry_failed = 1;
+	spec.backoff_ms = 87601ull * 3600 * 1000;
+	(void)rc_spawn_try(fd, 62, &spec, &code, msg, sizeof(msg));
+	ck_assert_int_eq(code, ROK__V1__ERROR_CODE__INVALID_ARGUMENT);
+	spec.backoff_ms = 0;
+	spec.not_before_us = when_now_us() + 87601ull * 3600 * 1000000;
+	(void)rc_spawn_try(fd, 63, &spec, &code, msg, sizeof(msg));
+	ck_assert_int_eq(code, ROK__V1__ERROR_CODE__INVALID_ARGUMENT);
+	ck_assert_msg(strstr(msg, "not_before_us") != NULL, "%s", msg);
+	spec.not_before_us = 0;
+	spec.retry_failed = 0;
+	/* A join of a task that waits for its dependency waits too. */
+	spec.after = &mine;
+	spec.n_after = 1;
+	uint64_t after = rc_spawn_try(fd, 64, &spec, &code, NULL, 0);
+	ck_assert_int_eq(code, 0);
+	ck_assert_int_eq(rc_state(fd, after), ROK__V1__TASK_STATE__TASK_QUEUED);
+	Response *jr = rc_join(fd, &after, 1, 100);
+	ck_assert_ptr_nonnull(jr);
+	ck_assert_ptr_nonnull(jr->error);
+	ck_assert_int_eq(jr->error->code, ROK__V1__ERROR_CODE__TIMED_OUT);
+	rok__v1__response__free_unpacked(jr, NULL);
+
+	if (geteuid() == 0) {
+		pid_t pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			if (rc_become_nobody() != 0)
+				_exit(10);
+			int c = rc_connect();
+			if (c < 0)
+				_exit(11);
+			rc_send_hello(c);
+			Response *r = rc_recv(c);
+			if (r == NULL || r->error != NULL)
+				_exit(12);
+			/* root's task: refused as unknown ids are */
+			if (rc_spawn_try(c, 2, &spec, &code, msg,
+			                 sizeof(msg)) != 0 ||
+			    code != ROK__V1__ERROR_CODE__INVALID_ARGUMENT ||
+			    strstr(msg, "another user") == NULL)
+				_exit(13);
+			uint64_t own = rc_spawn(c, "noop", NULL);
+			spec.after = &own;
+			if (rc_spawn_try(c, 3, &spec, &code, NULL, 0) == 0)
+				_exit(14);
+			_exit(0);
+		}
+		int status;
+		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		              "another uid: step %d failed",
+		              WEXITSTATUS(status));
+	}
+	/* Cancelling the dependency cancels the task after it. */
+	rc_cancel_ok(fd, mine);
+	jr = rc_join(fd, &after, 1, 0);
+	ck_assert_ptr_nonnull(jr);
+	ck_assert_ptr_null(jr->error);
+	ck_assert_int_eq(jr->join->tasks[0]->state,
+	                 ROK__V1__TASK_STATE__TASK_CANCELLED);
+	rok__v1__response__free_unpacked(jr, NULL);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
+/*
+ * Per-uid task quotas refuse with RESOURCE_EXHAUSTED naming the key, and
+ * the daemon goes on serving: max_queued_per_user counts tasks not started
+ * (here delayed), max_running_per_user queued and running ones at spawn.
+ */
+START_TEST(task_quotas)
+{
+	rokd_start("socket_group = nogroup\nmax_queued_per_user = 3\n"
+	           "max_running_per_user = 4");
+	int fd = rc_hello();
+	Rok__V1__TaskSpec later = ROK__V1__TASK_SPEC__INIT;
+	later.kind = bin("noop");
+	later.not_before_us = when_now_us() + 3600ull * 1000000;
+	Rok__V1__TaskSpec sl = ROK__V1__TASK_SPEC__INIT;
+	ProtobufCBinaryData arg = bin("1h");
+	sl.kind = bin("sleep");
+	sl.args = &arg;
+	sl.n_args = 1;
+	int code;
+	char msg[200];
+	uint64_t s1 = rc_spawn(fd, "sleep", "1h");
+	uint64_t s2 = rc_spawn(fd, "sleep", "1h");
+	rc_wait_running(fd, s1);
+	rc_wait_running(fd, s2);
+	for (int i = 0; i < 2; i++) {
+		(void)rc_spawn_try(fd, 70, &later, &code, NULL, 0);
+		ck_assert_int_eq(code, 0);
+	}
+	/* 2 running + 2 queued */
+	(void)rc_spawn_try(fd, 72, &sl, &code, msg, sizeof(msg));
+	ck_assert_int_eq(code, ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED);
+	ck_assert_msg(strstr(msg, "max_running_per_user = 4") != NULL, "%s",
+	              msg);
+	/* A task that ends gives its place back. */
+	rc_cancel_ok(fd, s1);
+	Response *jr = rc_join(fd, &s1, 1, 0);
+	rok__v1__response__free_unpacked(jr, NULL);
+	(void)rc_spawn_try(fd, 73, &later, &code, NULL, 0);
+	ck_assert_int_eq(code, 0);
+	/* 3 queued: even a task that would start at once is one more
+	 * queued until it starts. */
+	(void)rc_spawn_try(fd, 71, &later, &code, msg, sizeof(msg));
+	ck_assert_int_eq(code, ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED);
+	ck_assert_msg(strstr(msg, "max_queued_per_user = 3") != NULL, "%s",
+	              msg);
+	rc_ping_ok(fd);
+	if (geteuid() == 0) {
+		/* Another uid is not held by this one's count. */
+		pid_t pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			if (rc_become_nobody() != 0)
+				_exit(10);
+			int c = rc_connect();
+			if (c < 0)
+				_exit(11);
+			rc_send_hello(c);
+			Response *r = rc_recv(c);
+			if (r == NULL || r->error != NULL)
+				_exit(12);
+			if (rc_spawn_try(c, 2, &sl, &code, NULL, 0) == 0)
+				_exit(13);
+			_exit(0);
+		}
+		int status;
+		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		              "another uid: step %d failed",
+		              WEXITSTATUS(status));
+	}
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
+/*
+ * Retention per uid: root's flood of finished tasks prunes root's oldest
+ * (from memory and from the journal), never another user's result.
+ */
+START_TEST(per_user_retention)
+{
+	if (geteuid() != 0)
+		return;   /* needs a second uid */
+	rokd_start("socket_group = nogroup\nmax_finished_per_user = 10\n"
+	           "keep_finished_per_user = 10");
+	int fd = rc_hello();
+	int to_child[2], from_child[2];
+	ck_assert_int_eq(pipe(to_child), 0);
+	ck_assert_int_eq(pipe(from_child), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		/* B: one echo, then, once A's flood is over, its result. */
+		close(to_child[1]);
+		close(from_child[0]);
+		if (rc_become_nobody() != 0)
+			_exit(10);
+		int c = rc_connect();
+		if (c < 0)
+			_exit(11);
+		rc_send_hello(c);
+		Response *r = rc_recv(c);
+		if (r == NULL || r->error != NULL)
+			_exit(12);
+		rc_spawn_req(c, 2, "echo", "B-result", true, 0);
+		r = rc_recv(c);
+		if (r == NULL || r->error != NULL)
+			_exit(13);
+		uint64_t own = r->spawn->id;
+		if (write(from_child[1], &own, sizeof(own)) != sizeof(own))
+			_exit(14);
+		char go;
+		if (read(to_child[0], &go, 1) != 1)
+			_exit(15);
+		r = rc_status(c, 3, &own, 1);
+		Rok__V1__TaskInfo *t = r->status->tasks[0];
+		if (t->error != NULL || t->state !=
+		    ROK__V1__TASK_STATE__TASK_SUCCEEDED ||
+		    t->value.len != 8 || memcmp(t->value.data, "B-result", 8))
+			_exit(16);
+		_exit(0);
+	}
+	close(to_child[0]);
+	close(from_child[1]);
+	uint64_t theirs;
+	ck_assert_int_eq(read(from_child[0], &theirs, sizeof(theirs)),
+	                 sizeof(theirs));
+	uint64_t first = 0, last = 0;
+	for (int i = 0; i < 60; i++) {
+		rc_spawn_req(fd, 80, "noop", NULL, true, 0);
+		Response *r = rc_recv(fd);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_ptr_null(r->error);
+		last = r->spawn->id;
+		if (first == 0)
+			first = last;
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+	/* The retention of rokd.conf, now. */
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__PruneRequest pr = ROK__V1__PRUNE_REQUEST__INIT;
+	req.id = 81;
+	req.body_case = ROK__V1__REQUEST__BODY_PRUNE;
+	req.prune = &pr;
+	rc_send(fd, &req);
+	Response *r = rc_recv(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_ptr_null(r->error);
+	ck_assert_uint_ge(r->prune->pruned, 50);
+	rok__v1__response__free_unpacked(r, NULL);
+	ck_assert_int_eq(rc_state(fd, first),
+	                 -(int)ROK__V1__ERROR_CODE__NOT_FOUND);
+	ck_assert_int_eq(rc_state(fd, last),
+	                 ROK__V1__TASK_STATE__TASK_SUCCEEDED);
+	ck_assert_int_eq(rc_state(fd, theirs),
+	                 ROK__V1__TASK_STATE__TASK_SUCCEEDED);
+	ck_assert_int_eq(write(to_child[1], "g", 1), 1);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	              "user B: step %d failed", WEXITSTATUS(status));
+	close(to_child[1]);
+	close(from_child[0]);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
+/*
+ * A chain of 20000 tasks, each after the one before, its head a sleep that
+ * is cancelled: every task ends cancelled, "dependency N failed", in a loop
+ * (a recursion that deep would overflow a worker's stack).  The spawns are
+ * pipelined on one connection: ids follow one another.
+ */
+START_TEST(long_chain)
+{
+	enum { N = 20000 };
+	rokd_start(NULL);
+	int fd = rc_hello();
+	uint64_t head = rc_spawn(fd, "sleep", "1h");
+	Rok__V1__TaskSpec spec = ROK__V1__TASK_SPEC__INIT;
+	spec.kind = bin("noop");
+	spec.n_after = 1;
+	for (uint64_t k = 1; k <= N; k++) {
+		uint64_t dep = head + k - 1;
+		Request req = ROK__V1__REQUEST__INIT;
+		Rok__V1__SpawnRequest sp = ROK__V1__SPAWN_REQUEST__INIT;
+		spec.after = &dep;
+		sp.spec = &spec;
+		req.id = 1000 + k;
+		req.body_case = ROK__V1__REQUEST__BODY_SPAWN;
+		req.spawn = &sp;
+		rc_send(fd, &req);
+	}
+	for (uint64_t k = 1; k <= N; k++) {
+		Response *r = rc_recv(fd);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_ptr_null(r->error);
+		ck_assert_uint_eq(r->spawn->id, head + k);
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+	uint64_t last = head + N;
+	ck_assert_int_eq(rc_state(fd, last), ROK__V1__TASK_STATE__TASK_QUEUED);
+	rc_cancel_ok(fd, head);
+	Response *jr = rc_join(fd, &last, 1, 0);
+	ck_assert_ptr_nonnull(jr);
+	ck_assert_ptr_null(jr->error);
+	Rok__V1__TaskInfo *t = jr->join->tasks[0];
+	ck_assert_int_eq(t->state, ROK__V1__TASK_STATE__TASK_CANCELLED);
+	char want[64];
+	snprintf(want, sizeof(want), "dependency %llu failed",
+	         (unsigned long long)(last - 1));
+	ck_assert_uint_eq(t->reason.len, strlen(want));
+	ck_assert(memcmp(t->reason.data, want, strlen(want)) == 0);
+	rok__v1__response__free_unpacked(jr, NULL);
+	rc_ping_ok(fd);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
 static Suite *rokd_suite(void)
 {
 	const struct test_case cases[] = {
@@ -1762,6 +2118,10 @@ static Suite *rokd_suite(void)
 		{ "per_user_caps", per_user_caps },
 		{ "sighup_reload", sighup_reload },
 		{ "race_duplicates", race_duplicates },
+		{ "when_checks", when_checks },
+		{ "task_quotas", task_quotas },
+		{ "per_user_retention", per_user_retention },
+		{ "long_chain", long_chain },
 	};
 
 	return TEST_SUITE("rokd", cases, 60);

@@ -149,7 +149,10 @@ typedef struct rok_task_info {
 	rok_bytes group;           /* its group ("default"; empty from an
 				    * older daemon) */
 	int priority;              /* enum rok_priority */
-	rok_bytes waiting;         /* queued: why it waits, for people */
+	rok_bytes waiting;         /* queued: why it has not started (for
+				    * people); empty otherwise */
+	uint32_t run;              /* which run (1: the first; retry_failed) */
+	uint64_t not_before_us;    /* queued: not started before this time */
 } rok_task_info;
 
 /* Priority classes (rok.v1.Priority); 0 means normal. */
@@ -230,6 +233,13 @@ typedef struct rok_spec {
 	uint64_t kill_grace_ms;    /* exec: SIGTERM→SIGKILL delay; 0: default */
 	const char *group;         /* NULL or "": the group default */
 	int priority;              /* enum rok_priority; 0: normal */
+	const uint64_t *after;     /* start once all these succeeded */
+	size_t n_after;
+	const uint64_t *after_any; /* start once all these ended */
+	size_t n_after_any;
+	uint64_t not_before_us;    /* wall clock, µs since the epoch; 0: now */
+	uint32_t retry_failed;     /* more runs after a failure */
+	uint64_t backoff_ms;       /* before retry k: backoff_ms * 2^(k-1) */
 } rok_spec;
 
 /* The daemon's counters (rok.v1.StatsReply). */

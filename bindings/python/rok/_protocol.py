@@ -12,6 +12,7 @@ import datetime
 import os
 import stat
 import struct
+import time
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 try:
@@ -189,10 +190,6 @@ def task_ids(tasks: Iterable[object]) -> List[int]:
     return ids
 
 
-SCHEDULING_UNSUPPORTED = (
-    "rokd does not support the scheduling field after (dependencies) "
-    "yet; the protocol has no place for it")
-
 #: Priority class names and their wire values (rok.v1.Priority).
 _PRIORITIES = {"urgent": 1, "high": 2, "normal": 3, "low": 4}
 _PRIORITY_NAMES = {0: "normal", 1: "urgent", 2: "high", 3: "normal",
@@ -207,13 +204,20 @@ def make_spec(args: Sequence[StrOrBytes] = (), kind: str = "exec",
               stdin: Optional[bytes] = None, retry: int = 0,
               kill_grace: Optional[Seconds] = None,
               group: Optional[str] = None,
-              priority: Optional[str] = None) -> Spec:
+              priority: Optional[str] = None,
+              after: Optional[Sequence[object]] = None,
+              after_any: Optional[Sequence[object]] = None,
+              at: Optional[object] = None, delay: Optional[Seconds] = None,
+              retry_failed: int = 0,
+              backoff: Optional[Seconds] = None) -> Spec:
     if isinstance(args, (str, bytes)):
         raise TypeError("args must be a sequence of arguments, not one "
                         "string (write [cmd] or shlex.split(cmd))")
     return Spec(args=list(args), kind=kind, timeout=timeout, env=env,
                 clean_env=clean_env, cwd=cwd, stdin=stdin, retry=retry,
-                kill_grace=kill_grace, group=group, priority=priority)
+                kill_grace=kill_grace, group=group, priority=priority,
+                after=after, after_any=after_any, at=at, delay=delay,
+                retry_failed=retry_failed, backoff=backoff)
 
 
 def as_spec(spec: object) -> Spec:
@@ -244,9 +248,65 @@ def _kind_bytes(kind: str) -> bytes:
 def task_spec(spec: Spec) -> dict:
     """The fields of the ``TaskSpec`` message for ``spec``: see
     :func:`spec_fields`."""
-    return spec_fields(spec.args, spec.kind, spec.timeout, spec.env,
-                       spec.clean_env, spec.cwd, spec.stdin, spec.retry,
-                       spec.kill_grace, spec.group, spec.priority)
+    kw = spec_fields(spec.args, spec.kind, spec.timeout, spec.env,
+                     spec.clean_env, spec.cwd, spec.stdin, spec.retry,
+                     spec.kill_grace, spec.group, spec.priority)
+    when_fields(kw, spec.after, spec.after_any, spec.at, spec.delay,
+                spec.retry_failed, spec.backoff)
+    return kw
+
+
+def not_before_us(at: Optional[object], delay: Optional[Seconds]) -> int:
+    """The wall-clock start time (µs since the epoch) of ``at`` (a
+    datetime, naive meaning local time, or seconds since the epoch) or
+    ``delay`` (seconds or a timedelta from now); 0 for neither."""
+    if at is not None and delay is not None:
+        raise ValueError("give at or delay, not both")
+    if delay is not None:
+        return int(time.time() * 1e6) + to_ms(delay, "delay") * 1000
+    if at is None:
+        return 0
+    if isinstance(at, datetime.datetime):
+        ts = at.timestamp()
+    elif isinstance(at, (int, float)) and not isinstance(at, bool):
+        ts = float(at)
+    else:
+        raise TypeError(f"at: expected a datetime or seconds since the "
+                        f"epoch, not {type(at).__name__}")
+    if not ts >= 0:  # also NaN
+        raise ValueError(f"at: {at!r} is before the epoch")
+    us = int(ts * 1e6)
+    if us > _U64_MAX:
+        raise ValueError(f"at: {at!r} is too far ahead")
+    return us
+
+
+def when_fields(kw: dict, after: Optional[Iterable[object]],
+                after_any: Optional[Iterable[object]], at: Optional[object],
+                delay: Optional[Seconds], retry_failed: int,
+                backoff: Optional[Seconds]) -> dict:
+    """Adds the TaskSpec fields of what a task waits for (dependencies,
+    start time, retries after failure) to ``kw``, which it returns."""
+    if after is not None:
+        ids = [task_id(t) for t in after]
+        if ids:
+            kw["after"] = ids
+    if after_any is not None:
+        ids = [task_id(t) for t in after_any]
+        if ids:
+            kw["after_any"] = ids
+    nb = not_before_us(at, delay)
+    if nb:
+        kw["not_before_us"] = nb
+    if retry_failed:
+        if isinstance(retry_failed, bool) or \
+                not 0 <= retry_failed <= _U32_MAX:
+            raise ValueError(f"retry_failed: {retry_failed} is out of "
+                             f"range")
+        kw["retry_failed"] = retry_failed
+    if backoff is not None:
+        kw["backoff_ms"] = to_ms(backoff, "backoff")
+    return kw
 
 
 def spec_fields(args: Sequence[StrOrBytes] = (), kind: str = "exec",
@@ -475,6 +535,8 @@ def result(info: "pb.TaskInfo") -> Result:
         text(info.group) if info.group else "default",
         _PRIORITY_NAMES.get(info.priority, "normal"),
         text(info.waiting) if info.waiting else "",
+        info.run or 1,
+        info.not_before_us / 1e6 if info.not_before_us else None,
     )
 
 

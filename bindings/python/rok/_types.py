@@ -82,8 +82,15 @@ class Result:
     group: str = "default"
     #: Its priority class: "urgent", "high", "normal" or "low".
     priority: str = "normal"
-    #: A queued task: why it waits, for people ("" otherwise).
+    #: A queued task: why it has not started, for people ("group g full:
+    #: 2/2 running", "after task 17", "retry 2 of 4 at ..."); "" otherwise.
     waiting: str = ""
+    #: Which run this is: 1, or more after ``retry_failed`` (the outcome
+    #: is the last run's).
+    run: int = 1
+    #: A queued task that waits for a time (``at``, ``delay``, a retry's
+    #: backoff): that time in seconds since the epoch, else None.
+    not_before: Optional[float] = None
 
     @property
     def ok(self) -> bool:
@@ -152,6 +159,20 @@ class Spec:
     group: Optional[str] = None
     #: Its class: "urgent", "high", "normal" or "low"; None: normal.
     priority: Optional[str] = None
+    #: Tasks (ids or Task objects) that must all succeed before it starts;
+    #: if one ends otherwise, it ends cancelled ("dependency N failed").
+    after: Optional[Sequence[object]] = None
+    #: Tasks that must all have ended (however) before it starts.
+    after_any: Optional[Sequence[object]] = None
+    #: Not started before this time: a datetime (naive: local time) or
+    #: seconds since the epoch.
+    at: Optional[object] = None
+    #: Not started before this many seconds (or a timedelta) from now.
+    delay: Optional[Seconds] = None
+    #: Runs again after a failure (non-zero exit, signal), up to this many
+    #: more times, waiting ``backoff``, 2x, 4x... seconds between runs.
+    retry_failed: int = 0
+    backoff: Optional[Seconds] = None
 
 
 @dataclass(frozen=True)

@@ -439,10 +439,16 @@ class Client:
                     kill_grace: Optional[Seconds] = None,
                     group: Optional[str] = None,
                     priority: Optional[str] = None,
-                    after: Optional[Iterable[object]] = None) -> Task:
+                    after: Optional[Iterable[object]] = None,
+                    after_any: Optional[Iterable[object]] = None,
+                    at: Optional[object] = None,
+                    delay: Optional[Seconds] = None,
+                    retry_failed: int = 0,
+                    backoff: Optional[Seconds] = None) -> Task:
         """As :meth:`rok.Client.spawn`."""
         spec = _spec(args, kind, timeout, env, cwd, stdin, clean_env, retry,
-                     kill_grace, group, priority, after)
+                     kill_grace, group, priority, after, after_any, at,
+                     delay, retry_failed, backoff)
         reply = await self._conn.call(P.spawn(spec), "spawn")
         return Task(self, reply.id)
 

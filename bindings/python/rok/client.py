@@ -312,7 +312,11 @@ class Client:
               clean_env: bool = False, retry: int = 0,
               kill_grace: Optional[Seconds] = None,
               group: Optional[str] = None, priority: Optional[str] = None,
-              after: Optional[Iterable[object]] = None) -> Task:
+              after: Optional[Iterable[object]] = None,
+              after_any: Optional[Iterable[object]] = None,
+              at: Optional[object] = None, delay: Optional[Seconds] = None,
+              retry_failed: int = 0,
+              backoff: Optional[Seconds] = None) -> Task:
         """Spawns a task and returns its :class:`Task` once the daemon has
         accepted it (journaled).
 
@@ -324,11 +328,22 @@ class Client:
 
         ``group`` (a group of the daemon's, ``rokctl group list``; None:
         "default") and ``priority`` ("urgent", "high", "normal", "low")
-        place an exec task in its group's queue.  ``after`` is not in
-        rokd's protocol yet: passing it raises ``NotImplementedError``
-        rather than dropping it silently."""
+        place an exec task in its group's queue.
+
+        What it waits for: ``after`` (tasks or ids that must all succeed
+        first; if one ends otherwise, this one ends cancelled,
+        "dependency N failed"), ``after_any`` (tasks that must all have
+        ended, however), ``at`` (a datetime, naive meaning local time, or
+        seconds since the epoch) or ``delay`` (seconds, or a timedelta,
+        from now): it is not started before then.  ``retry_failed`` runs
+        it again after a failure (non-zero exit, signal), up to that many
+        more times, ``backoff`` seconds before the first retry, twice that
+        before the second, and so on; ``Result.run`` counts the runs and
+        the outcome is the last run's.  Meanwhile the task is queued and
+        ``Result.waiting`` says why."""
         spec = _spec(args, kind, timeout, env, cwd, stdin, clean_env, retry,
-                     kill_grace, group, priority, after)
+                     kill_grace, group, priority, after, after_any, at,
+                     delay, retry_failed, backoff)
         reply = self._conn.call(P.spawn(spec), "spawn")
         return Task(self, reply.id)
 
@@ -445,13 +460,18 @@ def _spec(args: Sequence[StrOrBytes], kind: str,
           env: Optional[Mapping[StrOrBytes, StrOrBytes]],
           cwd: Optional[StrOrBytes], stdin: Optional[bytes],
           clean_env: bool, retry: int, kill_grace: Optional[Seconds],
-          group: object, priority: object, after: object) -> dict:
+          group: object, priority: object,
+          after: Optional[Iterable[object]],
+          after_any: Optional[Iterable[object]] = None,
+          at: Optional[object] = None, delay: Optional[Seconds] = None,
+          retry_failed: int = 0,
+          backoff: Optional[Seconds] = None) -> dict:
     """The TaskSpec fields of spawn's arguments (shared with rok.aio)."""
-    if after is not None:
-        raise NotImplementedError(P.SCHEDULING_UNSUPPORTED)
-    return P.spec_fields(args, kind, timeout, env, clean_env, cwd, stdin,
-                         retry, kill_grace, group,  # type: ignore[arg-type]
-                         priority)  # type: ignore[arg-type]
+    kw = P.spec_fields(args, kind, timeout, env, clean_env, cwd, stdin,
+                       retry, kill_grace, group,  # type: ignore[arg-type]
+                       priority)  # type: ignore[arg-type]
+    return P.when_fields(kw, after, after_any, at, delay, retry_failed,
+                         backoff)
 
 
 def connect(socket: Optional[StrOrBytes] = None,

@@ -49,12 +49,20 @@ def test_every_call(rokd, tmp_path):
                 await c.task(10**12).status()
             with pytest.raises(rok.InvalidArgument):
                 await c.spawn(kind="no-such-kind")
-            with pytest.raises(NotImplementedError):
-                await c.spawn(["true"], after=[1])
             h = await c.spawn(["true"], priority="high", group="default")
             r = await h.join()
             assert (r.group, r.priority) == ("default", "high")
             assert [g.name for g in await c.groups()] == ["default"]
+            # what runs when: a dependency, a delay, retries
+            first = await c.spawn(kind="sleep", args=["50ms"])
+            then = await c.spawn(["then"], kind="echo", after=[first],
+                                 delay=0.05)
+            r = await then.join()
+            assert r.ok and r.value == b"then"
+            assert r.started_at >= (await first.join()).finished_at
+            r = await (await c.spawn(kind="sleep", args=["1h"],
+                                     timeout=0.01, retry_failed=2)).join()
+            assert r.state == "timed_out" and r.run == 1
             assert await c.prune(keep=0) >= 1
         # plain await works too
         c = await rok.aio.connect(rokd.socket)

@@ -1,6 +1,7 @@
 """rok.Client against real rokd processes: every call, errors, bytes,
 logs, and a daemon that dies mid-call."""
 
+import datetime
 import os
 import shutil
 import subprocess
@@ -202,11 +203,6 @@ def test_logs_stream_abandoned_early(client):
     assert t.join().state == "cancelled"
 
 
-def test_scheduling_fields_are_refused_not_dropped(client):
-    with pytest.raises(NotImplementedError, match="scheduling"):
-        client.spawn(["true"], after=[1])
-
-
 def test_groups_and_priorities(make_rokd):
     d = make_rokd({"group.one.parallel": "1", "group.one.paused": "yes",
                    "aging": "0"})
@@ -237,6 +233,54 @@ def test_groups_and_priorities(make_rokd):
         assert urgent.join().state == "cancelled"
         r = c.spawn(["true"]).join()
         assert (r.group, r.priority, r.waiting) == ("default", "normal", "")
+
+
+def test_dependencies(client, tmp_path):
+    gate = tmp_path / "gate"
+    a = client.spawn([SH, "-c", f"until [ -e '{gate}' ]; do sleep 0.01; "
+                      "done"])
+    b = client.spawn(["B"], kind="echo", after=[a])
+    c = client.spawn(["C"], kind="echo", after=[b.id])
+    any_ = client.spawn(kind="noop", after_any=[a, c])
+    wait_until(lambda: a.status().state == "running", "a running")
+    st = c.status()
+    assert st.state == "queued" and st.waiting == f"after task {b.id}"
+    gate.touch()
+    r = c.join()
+    assert r.ok and r.value == b"C" and r.run == 1 and r.waiting == ""
+    assert any_.join().ok
+    f = client.spawn([SH, "-c", "exit 3"])
+    g = client.spawn(kind="noop", after=[f])
+    h = client.spawn(kind="noop", after=[g])
+    r = h.join()
+    assert r.state == "cancelled" and r.reason == f"dependency {g.id} failed"
+    assert g.status().reason == f"dependency {f.id} failed"
+    with pytest.raises(rok.InvalidArgument, match="no such task"):
+        client.spawn(kind="noop", after=[10**9])
+
+
+def test_delayed_start_and_retries(client, tmp_path):
+    t = client.spawn(["later"], kind="echo", delay=0.3)
+    st = t.status()
+    assert st.state == "queued" and st.waiting.startswith("not before ")
+    assert st.not_before is not None
+    r = t.join()
+    assert r.ok and r.started_at >= st.not_before
+    past = client.spawn(kind="noop",
+                        at=datetime.datetime(2001, 1, 1,
+                                             tzinfo=datetime.timezone.utc))
+    assert past.join().ok
+    with pytest.raises(ValueError):
+        client.spawn(kind="noop", at=1.0, delay=1.0)
+    count = tmp_path / "count"
+    count.write_text("")
+    script = (f"n=$(wc -l <'{count}'); echo x >>'{count}'; "
+              "[ $n -ge 2 ]")
+    r = client.spawn([SH, "-c", script], retry_failed=3,
+                     backoff=0.05).join()
+    assert r.ok and r.run == 3
+    r = client.spawn([SH, "-c", "exit 5"], retry_failed=1).join()
+    assert r.state == "failed" and r.exit_code == 5 and r.run == 2
 
 
 def test_bad_arguments(client):

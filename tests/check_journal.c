@@ -205,12 +205,13 @@ END_TEST
 /*
  * A journal written by a rokd of schema version 1 (the tasks table before
  * step 2) gains the pgid and pg_start columns (step 2), then run and
- * next_us (step 3), in one open, keeps its rows, and says version 3; the
+ * next_us (step 3), then the groups table (step 4), in one open, keeps its
+ * rows, and says version 4; the
  * version-1 SQL is spelled out here because a released step never
  * changes.  (tests/when.test migrates a version-2 journal written by the
  * release before step 3.)
  */
-START_TEST(schema_migrates_1_to_3)
+START_TEST(schema_migrates_1_to_4)
 {
 	char path[128], err[512];
 	sqlite3 *db;
@@ -237,9 +238,10 @@ START_TEST(schema_migrates_1_to_3)
 		"PRAGMA application_id = 0x524f4b4a; PRAGMA user_version = 1",
 		NULL, NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
-	ck_assert_int_eq(JOURNAL_SCHEMA_VERSION, 3);
+	ck_assert_int_eq(JOURNAL_SCHEMA_VERSION, 4);
 	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
-	ck_assert_int_eq(jquery("PRAGMA user_version"), 3);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), 4);
+	ck_assert_int_eq(jquery("SELECT count(*) FROM groups"), 0);
 	ck_assert_int_eq(jquery("SELECT count(*) FROM pragma_table_info('tasks')"
 	                        " WHERE name IN ('pgid', 'pg_start')"), 2);
 	ck_assert_int_eq(jquery("SELECT run = 1 AND next_us = 0 FROM tasks "
@@ -249,9 +251,9 @@ START_TEST(schema_migrates_1_to_3)
 	ck_assert_int_eq(jquery("SELECT pgid IS NULL AND pg_start IS NULL "
 	                        "FROM tasks WHERE id = 7"), 1);
 	ck_assert_int_eq(jquery("SELECT value FROM meta WHERE key = 'max_id'"), 7);
-	/* Migrated once: a second open finds version 3 and changes nothing. */
+	/* Migrated once: a second open finds version 4 and changes nothing. */
 	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
-	ck_assert_int_eq(jquery("PRAGMA user_version"), 3);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), 4);
 	jcleanup();
 }
 END_TEST
@@ -573,7 +575,7 @@ static Suite *journal_suite(void)
 	const struct test_case cases[] = {
 		{ "schema_new_and_reopen", schema_new_and_reopen },
 		{ "schema_refuses_unchanged", schema_refuses_unchanged },
-		{ "schema_migrates_1_to_3", schema_migrates_1_to_3 },
+		{ "schema_migrates_1_to_4", schema_migrates_1_to_4 },
 		{ "commit_then_complete", commit_then_complete },
 		{ "exec_group_rows", exec_group_rows },
 		{ "orphans_rules", orphans_rules },

@@ -31,6 +31,22 @@
  * bounded by the tasks that were running when the disk broke: no spawn gets
  * through until a commit succeeds.
  *
+ * Updates wait a little for the next spawn (the linger).  Nobody waits
+ * for a start, finish, cancel flag or process group to be durable (a
+ * waiting spawn's result goes out as the task ends), but a batch of them
+ * committed on its own costs an fsync that the next spawn, arriving a few
+ * microseconds later, must wait behind: at one client doing spawn-and-wait
+ * in a loop that doubled the latency (two commits per request).  So a
+ * batch with no spawn or prune in it is held for up to JOURNAL_LINGER_NS,
+ * and the first spawn (or prune, or the stop) to come along is committed
+ * together with it at once.  Only the first update into an empty queue
+ * wakes the thread; later ones ride along.  A spawn is never held: the
+ * acknowledgement path commits as soon as the thread is free.  The cost is
+ * a window of at most the linger in which a crash forgets a finish that a
+ * client may already have heard of (it existed before, as long as one
+ * commit: the task is run again or recorded interrupted, as for a crash
+ * while it ran).
+ *
  * Lock order: journal.lock is a leaf (nothing else is taken under it).
  */
 #include <errno.h>
@@ -46,6 +62,10 @@
 
 #include "journal.h"
 #include "reactor.h"
+
+/* How long a batch of updates alone waits for a spawn to share its
+ * commit with (see above). */
+#define JOURNAL_LINGER_NS 5000000L
 
 enum {
 	JEV_SPAWN,
@@ -130,6 +150,7 @@ static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct jev *head, *tail;      /* queued; under lock */
+	bool urgent;                  /* a spawn or prune queued; under lock */
 	bool sleeping, stopping, running;
 	pthread_t thread;
 	sqlite3 *db;
@@ -202,20 +223,29 @@ int journal_open(char *err, size_t len)
 
 /* ---- queueing (any thread) ---------------------------------------------- */
 
-/* Appends a chain first..last; false when stopped. */
+/*
+ * Appends a chain first..last; false when stopped.  Wakes the thread for
+ * a spawn or a prune (urgent), or for the first update into an empty
+ * queue (which starts the linger); an update behind others waits for
+ * their commit.
+ */
 static bool journal_push(struct jev *first, struct jev *last)
 {
+	bool urgent = first->type == JEV_SPAWN || first->type == JEV_PRUNE;
+
 	pthread_mutex_lock(&journal.lock);
 	if (journal.stopping && !journal.running) {
 		pthread_mutex_unlock(&journal.lock);
 		return false;
 	}
+	bool was_empty = journal.head == NULL;
 	if (journal.tail != NULL)
 		journal.tail->next = first;
 	else
 		journal.head = first;
 	journal.tail = last;
-	if (journal.sleeping)
+	journal.urgent |= urgent;
+	if (journal.sleeping && (urgent || was_empty))
 		pthread_cond_signal(&journal.cond);
 	pthread_mutex_unlock(&journal.lock);
 	return true;
@@ -734,6 +764,28 @@ static void journal_fail(struct jev *b, int rc)
 	}
 }
 
+/*
+ * Lock held, updates alone queued: waits up to the linger for a spawn,
+ * a prune or the stop to share their commit.
+ */
+static void journal_linger(void)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += JOURNAL_LINGER_NS;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	journal.sleeping = true;
+	while (!journal.urgent && !journal.stopping &&
+	       pthread_cond_timedwait(&journal.cond, &journal.lock,
+	                              &until) == 0)
+		;
+	journal.sleeping = false;
+}
+
 static void *journal_main(void *arg)
 {
 	struct timespec next_prune;
@@ -777,8 +829,12 @@ static void *journal_main(void *arg)
 			if (journal.head == NULL && journal.retained == NULL)
 				continue;
 		}
+		if (journal.head != NULL && !journal.urgent && !journal.stopping &&
+		    !failing)
+			journal_linger();
 		struct jev *b = journal.head;
 		journal.head = journal.tail = NULL;
+		journal.urgent = false;
 		pthread_mutex_unlock(&journal.lock);
 
 		/* Retained updates go first: they are older. */

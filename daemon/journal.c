@@ -47,6 +47,13 @@
  * commit: the task is run again or recorded interrupted, as for a crash
  * while it ran).
  *
+ * durability = off: no journal.  Nothing is opened (the state directory's
+ * lock is still taken: exec output lives there) and no thread runs; a
+ * spawn's callback runs at once, inline on the reactor thread, updates
+ * are dropped, prunes answer 0, and reads find nothing (journal-read.c
+ * has no connection).  Tasks live in the task table only and a restart
+ * forgets them all; rokd says so loudly at start.
+ *
  * Lock order: journal.lock is a leaf (nothing else is taken under it).
  */
 #include <errno.h>
@@ -201,6 +208,13 @@ int journal_open(char *err, size_t len)
 	journal.stopping = false;
 	if (journal_lock(err, len) < 0)
 		return -1;
+	if (config.durability_off) {
+		log_warnx("durability = off: NO JOURNAL.  Tasks live in memory "
+		          "only: a restart or a crash of rokd forgets every "
+		          "task, queued, running or finished, and ids start "
+		          "again at 1");
+		return 0;
+	}
 	if (snprintf(journal.path, sizeof(journal.path), "%s/journal.db",
 	             config.state_dir) >= (int)sizeof(journal.path)) {
 		snprintf(err, len, "state directory path too long");
@@ -265,6 +279,12 @@ int journal_spawn(const struct journal_spawn_item *items, size_t n,
 {
 	struct jev *first = NULL, *last = NULL;
 
+	if (n == 0)
+		return -EINVAL;
+	if (config.durability_off) {
+		done(arg, 0, NULL);   /* nothing to wait for */
+		return 0;
+	}
 	for (size_t i = 0; i < n; i++) {
 		size_t slen = items[i].spec_len, klen = strlen(items[i].kind);
 		struct jev *e = calloc(1, sizeof(*e) + slen + klen + 1);
@@ -300,6 +320,12 @@ int journal_spawn(const struct journal_spawn_item *items, size_t n,
 	return 0;
 }
 
+/* Whether updates are journaled at all (not with durability = off). */
+static bool journal_keeps(void)
+{
+	return !config.durability_off;
+}
+
 static void journal_push_one(struct jev *e)
 {
 	if (!journal_push(e, e)) {
@@ -311,7 +337,11 @@ static void journal_push_one(struct jev *e)
 
 void journal_started(uint64_t id, uint64_t started_us)
 {
-	struct jev *e = calloc(1, sizeof(*e));
+	struct jev *e;
+
+	if (!journal_keeps())
+		return;
+	e = calloc(1, sizeof(*e));
 
 	if (e == NULL) {
 		log_warnx("journal: out of memory; task %llu's start is not "
@@ -326,7 +356,11 @@ void journal_started(uint64_t id, uint64_t started_us)
 
 static void journal_exec(uint64_t id, int64_t pgid, uint64_t start_ticks)
 {
-	struct jev *e = calloc(1, sizeof(*e));
+	struct jev *e;
+
+	if (!journal_keeps())
+		return;
+	e = calloc(1, sizeof(*e));
 
 	if (e == NULL) {
 		/* Only matters if rokd dies while the task runs: then its
@@ -354,6 +388,8 @@ void journal_exec_gone(uint64_t id)
 
 void journal_finished(const struct journal_finish *f)
 {
+	if (!journal_keeps())
+		return;
 	size_t rlen = f->reason != NULL ? strlen(f->reason) + 1 : 0;
 	struct jev *e = calloc(1, sizeof(*e) + f->value_len + rlen);
 
@@ -387,7 +423,11 @@ void journal_finished(const struct journal_finish *f)
 
 void journal_cancel_requested(uint64_t id)
 {
-	struct jev *e = calloc(1, sizeof(*e));
+	struct jev *e;
+
+	if (!journal_keeps())
+		return;
+	e = calloc(1, sizeof(*e));
 
 	if (e == NULL)
 		return;   /* only matters if rokd dies before the task ends */
@@ -399,7 +439,13 @@ void journal_cancel_requested(uint64_t id)
 int journal_prune(uint64_t before_us, uint64_t keep, journal_prune_fn *done,
                   void *arg)
 {
-	struct jev *e = calloc(1, sizeof(*e));
+	struct jev *e;
+
+	if (!journal_keeps()) {
+		done(arg, 0, NULL);   /* no journal: nothing to delete */
+		return 0;
+	}
+	e = calloc(1, sizeof(*e));
 
 	if (e == NULL)
 		return -ENOMEM;
@@ -880,6 +926,9 @@ static void *journal_main(void *arg)
 int journal_start(void)
 {
 	sigset_t all, old;
+
+	if (config.durability_off)
+		return 0;   /* no thread: nothing to write */
 
 	/* Signals stay with the main thread's sigwait. */
 	sigfillset(&all);

@@ -32,6 +32,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "exec.h"
 #include "journal.h"
 #include "rokd.h"
 
@@ -188,6 +189,10 @@ static void tasktab_evict(void)
 		if (tab.fhead == NULL)
 			tab.ftail = NULL;
 		tab.nfinished--;
+		/* Without a journal no prune ever removes an exec task's
+		 * output: it goes with the record. */
+		if (config.durability_off && strcmp(r->kind->name, "exec") == 0)
+			exec_out_forget(r->id);
 		tasktab_unlink(r);
 	}
 }

@@ -259,9 +259,14 @@ static bool journal_push(struct jev *first, struct jev *last)
 		journal.head = first;
 	journal.tail = last;
 	journal.urgent |= urgent;
-	if (journal.sleeping && (urgent || was_empty))
-		pthread_cond_signal(&journal.cond);
+	bool wake = journal.sleeping && (urgent || was_empty);
 	pthread_mutex_unlock(&journal.lock);
+	/* Signalled after unlocking: a thread woken under our lock would
+	 * only block on it again (a second futex round trip per spawn).
+	 * The cond is static, and the waiter rechecks the queue under the
+	 * lock, so a late signal is at worst a spurious wake-up. */
+	if (wake)
+		pthread_cond_signal(&journal.cond);
 	return true;
 }
 

@@ -62,7 +62,9 @@ int main(int argc, char **argv)
 	if (sqlite3_prepare_v2(db, "INSERT INTO t(state, payload) VALUES(?, ?)",
 	                       -1, &ins, NULL) != SQLITE_OK)
 		sc_die(db, "prepare");
-	for (long i = 0; i < n; i++) {
+	/* The first 100 commits are not timed: the WAL file is created and
+	 * grown then, as rokd's is before its first acknowledgement. */
+	for (long i = -100; i < n; i++) {
 		int64_t t0 = sc_now();
 
 		sqlite3_bind_int(ins, 1, 1);
@@ -70,7 +72,8 @@ int main(int argc, char **argv)
 		if (sqlite3_step(ins) != SQLITE_DONE)
 			sc_die(db, "insert");
 		sqlite3_reset(ins);
-		lat[i] = sc_now() - t0;
+		if (i >= 0)
+			lat[i] = sc_now() - t0;
 	}
 	sqlite3_finalize(ins);
 	sqlite3_close(db);

@@ -228,12 +228,14 @@ static int config_set(struct config *c, const char *key, const char *v,
 		return group_config_set(c, key, v, err, len);
 	/* journal: a key whose value is a word */
 	if (strcmp(key, "durability") == 0) {
-		if (strcmp(v, "full") != 0 && strcmp(v, "normal") != 0) {
-			snprintf(err, len, "durability: expected full or normal, "
-			         "not %s", v);
+		if (strcmp(v, "full") != 0 && strcmp(v, "normal") != 0 &&
+		    strcmp(v, "off") != 0) {
+			snprintf(err, len, "durability: expected full, normal or "
+			         "off, not %s", v);
 			return -1;
 		}
 		c->durability_full = strcmp(v, "full") == 0;
+		c->durability_off = strcmp(v, "off") == 0;
 		return 0;
 	}
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {

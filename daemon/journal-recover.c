@@ -287,6 +287,9 @@ int journal_recover(char *err, size_t len)
 	uint64_t now = journal_recover_now_us();
 	int rc;
 
+	if (config.durability_off)
+		return 0;   /* nothing was kept: ids start at 1 */
+
 	if ((rc = journal_recover_int(db, "SELECT value FROM meta WHERE key = "
 	                              "'max_id'", &max_meta)) != SQLITE_OK ||
 	    (rc = journal_recover_int(db, "SELECT max(id) FROM tasks",

@@ -31,6 +31,29 @@
  * bounded by the tasks that were running when the disk broke: no spawn gets
  * through until a commit succeeds.
  *
+ * Updates wait a little for the next spawn (the linger).  Nobody waits
+ * for a start, finish, cancel flag or process group to be durable (a
+ * waiting spawn's result goes out as the task ends), but a batch of them
+ * committed on its own costs an fsync that the next spawn, arriving a few
+ * microseconds later, must wait behind: at one client doing spawn-and-wait
+ * in a loop that doubled the latency (two commits per request).  So a
+ * batch with no spawn or prune in it is held for up to JOURNAL_LINGER_NS,
+ * and the first spawn (or prune, or the stop) to come along is committed
+ * together with it at once.  Only the first update into an empty queue
+ * wakes the thread; later ones ride along.  A spawn is never held: the
+ * acknowledgement path commits as soon as the thread is free.  The cost is
+ * a window of at most the linger in which a crash forgets a finish that a
+ * client may already have heard of (it existed before, as long as one
+ * commit: the task is run again or recorded interrupted, as for a crash
+ * while it ran).
+ *
+ * durability = off: no journal.  Nothing is opened (the state directory's
+ * lock is still taken: exec output lives there) and no thread runs; a
+ * spawn's callback runs at once, inline on the reactor thread, updates
+ * are dropped, prunes answer 0, and reads find nothing (journal-read.c
+ * has no connection).  Tasks live in the task table only and a restart
+ * forgets them all; rokd says so loudly at start.
+ *
  * Lock order: journal.lock is a leaf (nothing else is taken under it).
  */
 #include <errno.h>
@@ -46,6 +69,10 @@
 
 #include "journal.h"
 #include "reactor.h"
+
+/* How long a batch of updates alone waits for a spawn to share its
+ * commit with (see above). */
+#define JOURNAL_LINGER_NS 5000000L
 
 enum {
 	JEV_SPAWN,
@@ -141,6 +168,7 @@ static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct jev *head, *tail;      /* queued; under lock */
+	bool urgent;                  /* a spawn or prune queued; under lock */
 	bool sleeping, stopping, running;
 	pthread_t thread;
 	sqlite3 *db;
@@ -191,6 +219,13 @@ int journal_open(char *err, size_t len)
 	journal.stopping = false;
 	if (journal_lock(err, len) < 0)
 		return -1;
+	if (config.durability_off) {
+		log_warnx("durability = off: NO JOURNAL.  Tasks live in memory "
+		          "only: a restart or a crash of rokd forgets every "
+		          "task, queued, running or finished, and ids start "
+		          "again at 1");
+		return 0;
+	}
 	if (snprintf(journal.path, sizeof(journal.path), "%s/journal.db",
 	             config.state_dir) >= (int)sizeof(journal.path)) {
 		snprintf(err, len, "state directory path too long");
@@ -213,22 +248,36 @@ int journal_open(char *err, size_t len)
 
 /* ---- queueing (any thread) ---------------------------------------------- */
 
-/* Appends a chain first..last; false when stopped. */
+/*
+ * Appends a chain first..last; false when stopped.  Wakes the thread for
+ * a spawn or a prune (urgent), or for the first update into an empty
+ * queue (which starts the linger); an update behind others waits for
+ * their commit.
+ */
 static bool journal_push(struct jev *first, struct jev *last)
 {
+	bool urgent = first->type == JEV_SPAWN || first->type == JEV_PRUNE;
+
 	pthread_mutex_lock(&journal.lock);
 	if (journal.stopping && !journal.running) {
 		pthread_mutex_unlock(&journal.lock);
 		return false;
 	}
+	bool was_empty = journal.head == NULL;
 	if (journal.tail != NULL)
 		journal.tail->next = first;
 	else
 		journal.head = first;
 	journal.tail = last;
-	if (journal.sleeping)
-		pthread_cond_signal(&journal.cond);
+	journal.urgent |= urgent;
+	bool wake = journal.sleeping && (urgent || was_empty);
 	pthread_mutex_unlock(&journal.lock);
+	/* Signalled after unlocking: a thread woken under our lock would
+	 * only block on it again (a second futex round trip per spawn).
+	 * The cond is static, and the waiter rechecks the queue under the
+	 * lock, so a late signal is at worst a spurious wake-up. */
+	if (wake)
+		pthread_cond_signal(&journal.cond);
 	return true;
 }
 
@@ -246,6 +295,12 @@ int journal_spawn(const struct journal_spawn_item *items, size_t n,
 {
 	struct jev *first = NULL, *last = NULL;
 
+	if (n == 0)
+		return -EINVAL;
+	if (config.durability_off) {
+		done(arg, 0, NULL);   /* nothing to wait for */
+		return 0;
+	}
 	for (size_t i = 0; i < n; i++) {
 		size_t slen = items[i].spec_len, klen = strlen(items[i].kind);
 		struct jev *e = calloc(1, sizeof(*e) + slen + klen + 1);
@@ -281,6 +336,12 @@ int journal_spawn(const struct journal_spawn_item *items, size_t n,
 	return 0;
 }
 
+/* Whether updates are journaled at all (not with durability = off). */
+static bool journal_keeps(void)
+{
+	return !config.durability_off;
+}
+
 static void journal_push_one(struct jev *e)
 {
 	if (!journal_push(e, e)) {
@@ -292,7 +353,11 @@ static void journal_push_one(struct jev *e)
 
 void journal_started(uint64_t id, uint64_t started_us)
 {
-	struct jev *e = calloc(1, sizeof(*e));
+	struct jev *e;
+
+	if (!journal_keeps())
+		return;
+	e = calloc(1, sizeof(*e));
 
 	if (e == NULL) {
 		log_warnx("journal: out of memory; task %llu's start is not "
@@ -307,7 +372,11 @@ void journal_started(uint64_t id, uint64_t started_us)
 
 static void journal_exec(uint64_t id, int64_t pgid, uint64_t start_ticks)
 {
-	struct jev *e = calloc(1, sizeof(*e));
+	struct jev *e;
+
+	if (!journal_keeps())
+		return;
+	e = calloc(1, sizeof(*e));
 
 	if (e == NULL) {
 		/* Only matters if rokd dies while the task runs: then its
@@ -335,6 +404,8 @@ void journal_exec_gone(uint64_t id)
 
 void journal_finished(const struct journal_finish *f)
 {
+	if (!journal_keeps())
+		return;
 	size_t rlen = f->reason != NULL ? strlen(f->reason) + 1 : 0;
 	struct jev *e = calloc(1, sizeof(*e) + f->value_len + rlen);
 
@@ -384,7 +455,11 @@ void journal_requeued(uint64_t id, uint32_t run, uint64_t next_us)
 
 void journal_cancel_requested(uint64_t id)
 {
-	struct jev *e = calloc(1, sizeof(*e));
+	struct jev *e;
+
+	if (!journal_keeps())
+		return;
+	e = calloc(1, sizeof(*e));
 
 	if (e == NULL)
 		return;   /* only matters if rokd dies before the task ends */
@@ -396,7 +471,13 @@ void journal_cancel_requested(uint64_t id)
 int journal_prune(uint64_t before_us, uint64_t keep, uint64_t keep_per_user,
                   journal_prune_fn *done, void *arg)
 {
-	struct jev *e = calloc(1, sizeof(*e));
+	struct jev *e;
+
+	if (!journal_keeps()) {
+		done(arg, 0, NULL);   /* no journal: nothing to delete */
+		return 0;
+	}
+	e = calloc(1, sizeof(*e));
 
 	if (e == NULL)
 		return -ENOMEM;
@@ -769,6 +850,28 @@ static void journal_fail(struct jev *b, int rc)
 	}
 }
 
+/*
+ * Lock held, updates alone queued: waits up to the linger for a spawn,
+ * a prune or the stop to share their commit.
+ */
+static void journal_linger(void)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += JOURNAL_LINGER_NS;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	journal.sleeping = true;
+	while (!journal.urgent && !journal.stopping &&
+	       pthread_cond_timedwait(&journal.cond, &journal.lock,
+	                              &until) == 0)
+		;
+	journal.sleeping = false;
+}
+
 static void *journal_main(void *arg)
 {
 	struct timespec next_prune;
@@ -812,8 +915,12 @@ static void *journal_main(void *arg)
 			if (journal.head == NULL && journal.retained == NULL)
 				continue;
 		}
+		if (journal.head != NULL && !journal.urgent && !journal.stopping &&
+		    !failing)
+			journal_linger();
 		struct jev *b = journal.head;
 		journal.head = journal.tail = NULL;
+		journal.urgent = false;
 		pthread_mutex_unlock(&journal.lock);
 
 		/* Retained updates go first: they are older. */
@@ -859,6 +966,9 @@ static void *journal_main(void *arg)
 int journal_start(void)
 {
 	sigset_t all, old;
+
+	if (config.durability_off)
+		return 0;   /* no thread: nothing to write */
 
 	/* Signals stay with the main thread's sigwait. */
 	sigfillset(&all);

@@ -33,6 +33,7 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "exec.h"
 #include "journal.h"
 #include "rokd.h"
 
@@ -282,6 +283,10 @@ static void tasktab_evict_one(struct rtask *r)
 	if (u->fhead == NULL)
 		u->ftail = NULL;
 	u->nfinished--;
+	/* Without a journal no prune ever removes an exec task's output: it
+	 * goes with the record. */
+	if (config.durability_off && strcmp(r->kind->name, "exec") == 0)
+		exec_out_forget(r->id);
 	tasktab_unlink(r);
 }
 

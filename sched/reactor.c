@@ -66,6 +66,7 @@
 #include <event2/event.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -131,6 +132,9 @@ static struct {
 	/* Under lock. */
 	bool stopping;                          /* the loop must exit */
 	bool signalled;                         /* the eventfd holds a wake-up */
+	/* reactor_call's eventfd writes made after unlocking, in flight:
+	 * the teardown waits for none before closing the eventfd. */
+	_Atomic unsigned kicking;
 	struct reactor_fd *dirty;               /* entries to apply */
 	uint64_t queued, applied;               /* dirty pushes; of them done */
 	pthread_cond_t applied_cond;            /* `applied` moved */
@@ -266,6 +270,37 @@ static void reactor_signal_locked(void)
 		return;
 	reactor.signalled = true;
 	reactor_kick_locked();
+}
+
+/*
+ * Lock held.  Like reactor_signal_locked, but the caller writes the
+ * eventfd itself after unlocking (reactor_kick_claimed) when this returns
+ * true: the loop thread, woken by the write, takes reactor.lock at once,
+ * and found it held for the rest of our write() (a futex round trip per
+ * call, measured with strace on rokd's reply path).  The claim counts in
+ * `kicking`, which the teardown waits out, so the write never reaches a
+ * closed (or reused) eventfd number.
+ */
+static bool reactor_claim_kick_locked(void)
+{
+	if (atomic_load_explicit(&reactor.state, memory_order_relaxed) !=
+	            REACTOR_RUNNING ||
+	    reactor.signalled)
+		return false;
+	reactor.signalled = true;
+	/* Relaxed: the lock orders it before the teardown's look. */
+	atomic_fetch_add_explicit(&reactor.kicking, 1, memory_order_relaxed);
+	return true;
+}
+
+static void reactor_kick_claimed(void)
+{
+	uint64_t one = 1;
+	ssize_t r = write(reactor.efd, &one, sizeof(one));
+
+	(void)r;   /* EAGAIN only at a count of 2^64 - 2: one is pending */
+	/* Release: our read of efd comes before the teardown's close. */
+	atomic_fetch_sub_explicit(&reactor.kicking, 1, memory_order_release);
 }
 
 /* Lock held.  Queues an entry that was marked dirty (under its lock). */
@@ -512,6 +547,10 @@ static void reactor_teardown_locked(void)
 	if (reactor.base != NULL)
 		event_base_free(reactor.base);
 	reactor.base = NULL;
+	/* No new claim once the state left RUNNING (under the lock): wait
+	 * out the writes claimed before, each one syscall long. */
+	while (atomic_load_explicit(&reactor.kicking, memory_order_acquire) != 0)
+		sched_yield();
 	if (reactor.efd >= 0)
 		close(reactor.efd);
 	reactor.efd = -1;
@@ -636,6 +675,7 @@ void reactor_free(void)
 int reactor_call(void (*fn)(void *arg), void *arg)
 {
 	struct reactor_call *c = malloc(sizeof(*c));
+	bool kick = false;
 	int err;
 
 	if (c == NULL)
@@ -652,9 +692,11 @@ int reactor_call(void (*fn)(void *arg), void *arg)
 	if (err == 0) {
 		*reactor.calls_tail = c;
 		reactor.calls_tail = &c->next;
-		reactor_signal_locked();
+		kick = reactor_claim_kick_locked();
 	}
 	pthread_mutex_unlock(&reactor.lock);
+	if (kick)
+		reactor_kick_claimed();
 	if (err < 0)
 		free(c);
 	return err;

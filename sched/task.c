@@ -94,7 +94,27 @@ static uint64_t task_woken_state(uint64_t s, bool *sched)
 	return s | TASK_SCHEDULED;
 }
 
-static void task_wake_by_val_as(rok_task *t, bool fifo)
+/*
+ * A task its sleep's timer woke: on the firing pool worker's `timed`
+ * deque, run ahead of its other work and stolen first (worker.c), so a
+ * backlog does not make the sleep late.  Helpers, guests, thread-per-core
+ * workers and pinned tasks take the ordinary FIFO path.
+ */
+static void task_schedule_timed(rok_task *t)
+{
+	struct worker *me = executor_tls.worker;
+
+	if (t->home == TASK_HOME_ANY && me != NULL && !me->guest &&
+	    !me->helper && !executor.thread_per_core) {
+		worker_push_timed(me, t);
+		return;
+	}
+	task_schedule(t, true);
+}
+
+enum { TASK_WAKE_LIFO, TASK_WAKE_TIMED };
+
+static void task_wake_by_val_as(rok_task *t, int how)
 {
 	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
 	uint64_t n;
@@ -104,20 +124,23 @@ static void task_wake_by_val_as(rok_task *t, bool fifo)
 		n = task_woken_state(s, &sched) - TASK_REF_ONE;
 	} while (!atomic_compare_exchange_weak_explicit(
 		&t->state, &s, n, memory_order_acq_rel, memory_order_relaxed));
-	if (sched)
-		task_schedule(t, fifo);   /* the runtime's reference covers it */
+	/* The runtime's reference covers the queued task. */
+	if (sched && how == TASK_WAKE_TIMED)
+		task_schedule_timed(t);
+	else if (sched)
+		task_schedule(t, false);
 	else if ((n >> TASK_REF_SHIFT) == 0)
 		task_free(t);
 }
 
 void task_wake_by_val(rok_task *t)
 {
-	task_wake_by_val_as(t, false);
+	task_wake_by_val_as(t, TASK_WAKE_LIFO);
 }
 
-void task_wake_by_val_fifo(rok_task *t)
+void task_wake_by_val_timed(rok_task *t)
 {
-	task_wake_by_val_as(t, true);
+	task_wake_by_val_as(t, TASK_WAKE_TIMED);
 }
 
 int task_spawn(rok_task **out, rok_poll_fn poll, const void *frame,

@@ -101,9 +101,10 @@ int task_result(rok_task *t, void **result);
  */
 void task_wake_by_val(rok_task *t);
 
-/* Like task_wake_by_val, but queues `t` behind what is queued already, never
- * in the LIFO slot: for wakes in bulk (timers), which must keep their order. */
-void task_wake_by_val_fifo(rok_task *t);
+/* Like task_wake_by_val, for a timer firing: never in the LIFO slot (wakes
+ * in bulk must keep their order), but ahead of the firing worker's other
+ * work (worker.h, `timed`), else behind what is queued already. */
+void task_wake_by_val_timed(rok_task *t);
 
 /*
  * Polls a task that the caller took from a run queue (SCHEDULED set): runs

@@ -22,8 +22,11 @@
  * fires late by at most a tick plus the time its worker takes to look: a
  * busy worker looks every 32 polls, an idle one parks until timer_next().
  *
- * Woken tasks are queued in firing order, behind what is queued already
- * (never in the LIFO slot, which would put the last fired first).
+ * Woken tasks are queued in firing order on the firing worker's `timed`
+ * deque, which it runs ahead of its other work (a bounded number in a
+ * row) and thieves steal from first: a backlog of spawns or wake-ups in
+ * the deque does not make a sleep late.  Never in the LIFO slot, which
+ * would put the last fired first.
  *
  * The timer node is the rok_waiter inside the sleeping frame's rok_sleep_op,
  * linked into a slot list; `aux` records its level and slot.  A sleep
@@ -266,7 +269,7 @@ static void timer_wake(struct timer_due *due, unsigned n)
 		due[j] = d;
 	}
 	for (unsigned i = 0; i < n; i++)
-		task_wake_by_val_fifo(due[i].task);
+		task_wake_by_val_timed(due[i].task);
 }
 
 /*

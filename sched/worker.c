@@ -1,22 +1,27 @@
 /*
  * worker.c — the loop each worker thread runs, and where tasks are queued.
  *
- * A worker owns three queues: its Chase-Lev deque (stealable), its pinned
- * run queue (tasks that may only run on this thread: spawn_local, the
- * block_on root) and a LIFO slot for the task most recently woken or
+ * A worker owns four queues: its Chase-Lev deque (stealable), a second
+ * one, `timed`, for the tasks its timer wheel woke (stealable too), its
+ * pinned run queue (tasks that may only run on this thread: spawn_local,
+ * the block_on root) and a LIFO slot for the task most recently woken or
  * spawned by the task it is running.  Other threads reach it through its
  * inbox, a lock-free stack.
  *
  * Which task next (worker_next): every 61st tick the inbox and the global
  * injector first, so remote work is never starved by local work (Go uses
- * 61 too).  Then the LIFO slot, at most LIFO_MAX times in a row, then the
+ * 61 too).  Then the LIFO slot, at most LIFO_MAX times in a row, then
+ * `timed`, at most TIMED_MAX times in a row (a sleep that ended waits
+ * behind no backlog: timer lateness under a burst; the bound keeps a flood
+ * of short sleeps from starving the rest), then the
  * pinned queue and the deque, alternating which goes first; both are FIFO,
  * so a task that yields goes behind everything already queued.  Then the
  * inbox and the injector, then stealing, then parking.  A task that yields
  * is never put in the LIFO slot (task.c queues it with from_self).
  *
  * Stealing starts at a pseudo-random victim and goes round the other N-1
- * workers, taking half of the first non-empty deque.  Failing that, it
+ * workers, taking half of the first non-empty deque (a victim's `timed`
+ * before its deque: the late-sensitive work moves first).  Failing that, it
  * takes the LIFO task of a worker in a long poll (SPEC A2: the slot may not
  * starve its task).  Filling the slot wakes nobody, since its owner runs
  * it as soon as the current poll returns; when that poll runs long, the
@@ -70,6 +75,7 @@
 #define WORKER_TIMER_INTERVAL  32
 #define WORKER_SPIN_NS         ROK_US(50)
 #define WORKER_LIFO_MAX        3
+#define WORKER_TIMED_MAX       64
 #define WORKER_STEAL_MAX       256
 
 struct worker *worker_new(uint16_t index, bool guest)
@@ -80,6 +86,11 @@ struct worker *worker_new(uint16_t index, bool guest)
 		return NULL;
 	memset(w, 0, sizeof(*w));
 	if (deque_init(&w->deque, guest ? 1 : 8) < 0) {
+		free(w);
+		return NULL;
+	}
+	if (deque_init(&w->timed, guest ? 1 : 6) < 0) {
+		deque_done(&w->deque);
 		free(w);
 		return NULL;
 	}
@@ -99,6 +110,7 @@ void worker_free(struct worker *w)
 	if (w == NULL)
 		return;
 	deque_done(&w->deque);
+	deque_done(&w->timed);
 	runq_done(&w->pinned);
 	free(w);
 }
@@ -214,6 +226,13 @@ static void worker_push_deque(struct worker *w, rok_task *t)
 		injector_push(&executor.injector, t);
 }
 
+void worker_push_timed(struct worker *w, rok_task *t)
+{
+	if (deque_push(&w->timed, t) < 0)
+		worker_push_deque(w, t);
+	executor_notify();
+}
+
 void worker_push_local(struct worker *w, rok_task *t, bool from_self)
 {
 	if (w->guest) {
@@ -301,6 +320,15 @@ static rok_task *worker_next(struct worker *w)
 		worker_push_deque(w, t);   /* its turn is over: go to the back */
 	}
 	w->lifo_polls = 0;
+	/* Timer-woken tasks first, so a backlog in the deque does not make
+	 * their sleeps late; at most WORKER_TIMED_MAX in a row, so a flood
+	 * of them cannot starve the deque either. */
+	if (w->timed_polls < WORKER_TIMED_MAX &&
+	    (t = deque_pop(&w->timed)) != NULL) {
+		w->timed_polls++;
+		return t;
+	}
+	w->timed_polls = 0;
 	if (w->tick & 1) {
 		if ((t = runq_pop(&w->pinned)) != NULL ||
 		    (t = deque_pop(&w->deque)) != NULL)
@@ -310,6 +338,8 @@ static rok_task *worker_next(struct worker *w)
 		    (t = runq_pop(&w->pinned)) != NULL)
 			return t;
 	}
+	if ((t = deque_pop(&w->timed)) != NULL)
+		return t;   /* nothing else queued here: no turn to give */
 	return worker_take_remote(w);
 }
 
@@ -340,7 +370,9 @@ static rok_task *worker_steal_from_pool(struct worker *w)
 		struct worker *victim = worker_victim(pool, (start + i) % n);
 		if (victim == w)
 			continue;
-		size_t k = deque_steal(&victim->deque, buf, WORKER_STEAL_MAX);
+		size_t k = deque_steal(&victim->timed, buf, WORKER_STEAL_MAX);
+		if (k == 0)
+			k = deque_steal(&victim->deque, buf, WORKER_STEAL_MAX);
 		if (k == 0)
 			continue;
 		for (size_t j = 1; j < k; j++)
@@ -461,7 +493,7 @@ bool worker_any_work(void)
 	for (unsigned i = 0; i < executor.nworkers; i++) {
 		struct worker *v = atomic_load_explicit(&executor.workers[i],
 		                                        memory_order_relaxed);
-		if (deque_len(&v->deque) > 0)
+		if (deque_len(&v->deque) > 0 || deque_len(&v->timed) > 0)
 			return true;
 	}
 	unsigned n = atomic_load_explicit(&executor.nhelpers,
@@ -744,6 +776,7 @@ rok_task *worker_take_any(struct worker *w)
 	if (t != NULL)
 		return t;
 	if ((t = runq_pop(&w->pinned)) != NULL ||
+	    (t = deque_pop(&w->timed)) != NULL ||
 	    (t = deque_pop(&w->deque)) != NULL)
 		return t;
 	return worker_take_remote(w);

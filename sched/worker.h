@@ -17,6 +17,9 @@
 struct worker {
 	/* Shared with thieves: its own cache lines (deque is 64-aligned). */
 	struct deque deque;                 /* stealable tasks */
+	struct deque timed;                 /* tasks their sleep's timer woke
+	                                       here: run before `deque`,
+	                                       stolen before it (worker.c) */
 	struct injector inbox;              /* pinned tasks woken elsewhere */
 	struct injector shared_inbox;       /* thread-per-core: its other
 	                                       tasks woken elsewhere, which
@@ -47,6 +50,7 @@ struct worker {
 	/* Owner thread only. */
 	_Alignas(64) struct runq pinned;    /* tasks that only run here */
 	unsigned lifo_polls;                /* LIFO runs in a row */
+	unsigned timed_polls;               /* `timed` runs in a row */
 	uint32_t tick;
 	uint32_t rng;
 	uint16_t index;                     /* in executor.workers */
@@ -146,6 +150,10 @@ void worker_unpark(struct worker *w);
 
 /* Takes any one queued task of `w`, for the drain at stop (single thread). */
 rok_task *worker_take_any(struct worker *w);
+
+/* Owner (the thread firing its wheel).  Queues a task a timer woke on
+ * w's `timed` deque, ahead of its other work. */
+void worker_push_timed(struct worker *w, rok_task *t);
 
 /* True if any pool deque or the injector holds a task. */
 bool worker_any_work(void);

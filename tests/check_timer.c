@@ -221,6 +221,104 @@ START_TEST(in_order_under_busy_worker)
 }
 END_TEST
 
+/*
+ * A sleep that ends while its worker has a backlog runs ahead of the
+ * backlog (worker.c, `timed`).  One worker: a root task spawns a sleeper
+ * (1 ms), a task that computes (no yield) until the sleep is due, and
+ * AHEAD_N counting tasks behind it.  The worker fires its wheel every 32
+ * polls, so the sleeper must run within the first few dozen of the
+ * counting tasks; queued behind them, as before, it ran last.  A round in
+ * which the monitor lent the queue to a helper (another thread, another
+ * order) is repeated.
+ */
+#define AHEAD_N 2000
+
+static _Atomic long ahead_count;
+static _Atomic int64_t ahead_deadline;     /* the sleeper's */
+
+static rok_poll ahead_count_poll(rok_cx *cx, void *frame)
+{
+	(void)cx;
+	(void)frame;
+	atomic_fetch_add_explicit(&ahead_count, 1, memory_order_relaxed);
+	return ROK_READY;
+}
+
+struct ahead_sleeper {
+	rok_sleep_op sleep;
+};
+
+static rok_poll ahead_sleeper_poll(rok_cx *cx, void *frame)
+{
+	struct ahead_sleeper *f = frame;
+
+	ROK_BEGIN(cx);
+	atomic_store(&ahead_deadline, rok_now() + ROK_MS(1));
+	ROK_AWAIT(cx, rok_sleep_until(cx, &f->sleep,
+	                              atomic_load(&ahead_deadline)));
+	ROK_RETURN(cx, atomic_load_explicit(&ahead_count,
+	                                    memory_order_relaxed));
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+static rok_poll ahead_compute_poll(rok_cx *cx, void *frame)
+{
+	(void)cx;
+	(void)frame;
+	/* Computes until the sleep is due and a tick more: the wheel's
+	 * next look finds it. */
+	while (rok_now() < atomic_load(&ahead_deadline) + ROK_US(200))
+		;
+	return ROK_READY;
+}
+
+static rok_poll ahead_root_poll(rok_cx *cx, void *frame)
+{
+	struct ahead_sleeper s = { 0 };
+	rok_task *sleeper;
+
+	(void)frame;
+	ROK_BEGIN(cx);
+	atomic_store(&ahead_deadline, INT64_MAX - ROK_MS(1));
+	ck_assert_int_eq(rok_spawn(&sleeper, ahead_sleeper_poll, &s,
+	                           sizeof(s)), 0);
+	ck_assert_int_eq(rok_spawn(NULL, ahead_compute_poll, NULL, 0), 0);
+	for (int i = 0; i < AHEAD_N; i++)
+		ck_assert_int_eq(rok_spawn(NULL, ahead_count_poll, NULL, 0), 0);
+	ROK_RETURN(cx, sleeper);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+START_TEST(woken_ahead_of_backlog)
+{
+	long pos = -1;
+
+	test_workers(1);
+	ck_assert_int_eq(rok_start(), 0);   /* rok_stats_get needs it */
+	for (int round = 0; round < 20; round++) {
+		struct rok_stats before, after;
+		void *v;
+
+		atomic_store(&ahead_count, 0);
+		rok_stats_get(&before);
+		rok_task *sleeper = test_spawn_wait(ahead_root_poll, NULL, 0);
+		ck_assert_int_eq(rok_task_wait(sleeper, &v), 0);
+		rok_task_unref(sleeper);
+		while (atomic_load(&ahead_count) < AHEAD_N)
+			sched_yield();
+		rok_stats_get(&after);
+		pos = (long)v;
+		if (after.handoffs == before.handoffs)
+			break;
+	}
+	ck_assert_msg(pos >= 0 && pos < AHEAD_N / 2, "the woken sleeper ran "
+	              "after %ld of the %d tasks queued before it", pos,
+	              AHEAD_N);
+}
+END_TEST
+
 /* Cancelling a sleeper removes its timer at once. */
 START_TEST(cancel_removes_timer)
 {
@@ -772,6 +870,7 @@ static Suite *timer_suite(void)
 		{ "zero_and_past", zero_and_past },
 		{ "until_levels", sleep_until_levels },
 		{ "in_order_busy", in_order_under_busy_worker },
+		{ "woken_ahead", woken_ahead_of_backlog },
 		{ "cancel_removes", cancel_removes_timer },
 		{ "first_poll", measured_from_first_poll },
 		{ "idle_wakes", idle_worker_wakes_for_timer },

@@ -348,6 +348,8 @@ int group_load(sqlite3 *db, char *err, size_t len)
 			goto nomem;
 		group_apply(g, &c->set);
 	}
+	if (db == NULL)
+		return 0;   /* durability = off: groups live in memory only */
 	sqlite3_stmt *st;
 	if (sqlite3_prepare_v2(db, "SELECT name, parallel, policy, weights, "
 	                       "backend, paused FROM groups", -1, &st,
@@ -418,6 +420,8 @@ int group_store(const char *name, const struct group_settings *s, char *err,
 	sqlite3_stmt *st;
 	char w[64];
 
+	if (config.durability_off)
+		return 0;   /* no journal: the change lives in memory only */
 	if (group_store_open(err, len) < 0)
 		return -1;
 	int rc = sqlite3_prepare_v2(groups.db, s != NULL

@@ -35,6 +35,7 @@ const struct rokctl_cmd *const rokctl_cmds[] = {
 	&rokctl_cmd_stats,
 	&rokctl_cmd_ping,
 	&rokctl_cmd_prune,
+	&rokctl_cmd_watch,
 	&rokctl_cmd_help,
 	NULL
 };

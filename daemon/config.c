@@ -73,6 +73,7 @@ void config_defaults(struct config *c)
 	c->max_connections_per_user = 1024;
 	c->max_waits_per_user = 16384;
 	c->max_followers_per_user = 256;
+	c->watch_lag_max = 16384;
 	c->max_task_output = 64ull << 20;
 	c->kill_grace_ms = 5000;
 	/* journal */
@@ -192,6 +193,7 @@ static int config_set(struct config *c, const char *key, const char *v,
 		CFG_U("max_waits_per_user", max_waits_per_user, 1u << 30),
 		CFG_U("max_followers_per_user", max_followers_per_user,
 		      1u << 20),
+		CFG_U("watch_lag_max", watch_lag_max, 1u << 24),
 		/* exec tasks */
 		CFG_U("max_task_output", max_task_output, 1ull << 40),
 		CFG_D("kill_grace", kill_grace_ms),

@@ -18,6 +18,7 @@ static const struct cmd cmds[] = {
 	{ ROK__V1__REQUEST__BODY_PING, "ping", cmd_ping },
 	{ ROK__V1__REQUEST__BODY_LOGS, "logs", cmd_logs },
 	{ ROK__V1__REQUEST__BODY_PRUNE, "prune", cmd_prune },
+	{ ROK__V1__REQUEST__BODY_WATCH, "watch", cmd_watch },
 };
 
 void dispatch(struct conn *c, const Request *req)

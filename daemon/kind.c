@@ -72,7 +72,6 @@ static rok_poll runner_poll(rok_cx *cx, void *frame)
 		tasktab_finish(f->rec, &o);   /* f->rec may go from here on */
 		if (f->reply.conn != NULL)
 			tasktab_reply(id, &f->reply);
-		logs_notify(id);   /* followers of its output see the end */
 	}
 	ROK_END(cx);
 }

@@ -69,6 +69,7 @@ static struct {
 	struct rtask *fhead, *ftail;   /* finished, oldest first */
 	uint64_t nfinished;
 	uint64_t counts[RT_NSTATES];
+	uint64_t seq;                  /* state changes so far */
 	bool stopping;                 /* tasktab_cancel_all ran */
 } tab = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -265,7 +266,12 @@ int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
 	}
 	r->id = tab.next_id++;
 	tasktab_insert(r);
+	struct events_ev ev = {
+		.kind = EVENTS_STATE, .id = r->id, .uid = uid,
+		.state = RT_QUEUED, .time_us = r->spawned_us, .seq = ++tab.seq,
+	};
 	pthread_mutex_unlock(&tab.lock);
+	events_publish(&ev);
 	*out = r;
 	return 0;
 }
@@ -351,12 +357,18 @@ void tasktab_reply(uint64_t id, const struct rt_reply *reply)
 	tasktab_info_free(&info);
 }
 
-/* Lock held.  Moves a record to a new state, keeping the counts. */
-static void tasktab_set_state(struct rtask *r, int state)
+/* Lock held.  Moves a record to a new state, keeping the counts; fills
+ * *ev for events_publish (its time set by the caller). */
+static void tasktab_set_state(struct rtask *r, int state,
+                              struct events_ev *ev)
 {
 	tab.counts[r->state]--;
 	tab.counts[state]++;
 	r->state = state;
+	*ev = (struct events_ev){
+		.kind = EVENTS_STATE, .id = r->id, .uid = r->uid,
+		.state = state, .seq = ++tab.seq,
+	};
 }
 
 int tasktab_start(struct rtask *r, const TaskSpec *spec,
@@ -411,20 +423,26 @@ int tasktab_start_packed(struct rtask *r, const uint8_t *spec, size_t len,
 
 void tasktab_running(struct rtask *r)
 {
+	struct events_ev ev;
+
 	pthread_mutex_lock(&tab.lock);
 	bool started = r->state == RT_QUEUED;
 	if (started) {
-		tasktab_set_state(r, RT_RUNNING);
-		r->started_us = tasktab_now_us();
+		tasktab_set_state(r, RT_RUNNING, &ev);
+		r->started_us = ev.time_us = tasktab_now_us();
 	}
 	uint64_t id = r->id, us = r->started_us;
 	pthread_mutex_unlock(&tab.lock);
-	if (started)
+	if (started) {
 		journal_started(id, us);
+		events_publish(&ev);
+	}
 }
 
 void tasktab_finish(struct rtask *r, struct rt_outcome *o)
 {
+	struct events_ev ev;
+
 	pthread_mutex_lock(&tab.lock);
 	/* Cancelled by the shutdown, not by a client: interrupted, and its
 	 * row stays unfinished for the next start to deal with. */
@@ -436,8 +454,8 @@ void tasktab_finish(struct rtask *r, struct rt_outcome *o)
 		         "interrupted");
 		journaled = false;
 	}
-	tasktab_set_state(r, o->state);
-	r->finished_us = tasktab_now_us();
+	tasktab_set_state(r, o->state, &ev);
+	r->finished_us = ev.time_us = tasktab_now_us();
 	r->value = o->value;
 	r->value_len = o->value_len;
 	o->value = NULL;
@@ -474,6 +492,8 @@ void tasktab_finish(struct rtask *r, struct rt_outcome *o)
 		 * its poll ended: the next start has no group to look for. */
 		journal_exec_gone(jf.id);
 	pthread_mutex_unlock(&tab.lock);
+	/* Watchers and followers of its output see the end. */
+	events_publish(&ev);
 	/*
 	 * Dropped after unlocking: the poll that calls this still holds the
 	 * runtime's own reference, so this never frees the running task.
@@ -806,6 +826,57 @@ size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
 	free(jids);
 	free(from_journal);
 	return n;
+}
+
+/* Lock held: when r entered its present state. */
+static uint64_t tasktab_state_us(const struct rtask *r)
+{
+	return r->state == RT_QUEUED ? r->spawned_us
+	       : r->state == RT_RUNNING ? r->started_us : r->finished_us;
+}
+
+ssize_t tasktab_snapshot(uid_t uid, const uint64_t *ids, size_t n,
+                         struct tasktab_snap **out, uint64_t *seq)
+{
+	struct tasktab_snap *s = NULL;
+	size_t count = 0;
+
+	*out = NULL;
+	pthread_mutex_lock(&tab.lock);
+	size_t cap = n > 0 ? n : tab.counts[RT_QUEUED] + tab.counts[RT_RUNNING];
+	if (cap > 0 && (s = malloc(cap * sizeof(*s))) == NULL) {
+		pthread_mutex_unlock(&tab.lock);
+		return -ENOMEM;
+	}
+	if (n > 0) {
+		for (size_t i = 0; i < n; i++) {
+			struct rtask *r = tasktab_find(ids[i]);
+			s[i].id = ids[i];
+			s[i].state = r != NULL && !r->gone ? r->state : 0;
+			s[i].time_us = s[i].state != 0 ? tasktab_state_us(r) : 0;
+		}
+		count = n;
+	} else {
+		/* Unfinished records are never evicted nor gone. */
+		for (struct rtask *r = tab.head; r != NULL && count < cap;
+		     r = r->next) {
+			if ((r->state != RT_QUEUED && r->state != RT_RUNNING) ||
+			    (uid != 0 && r->uid != uid))
+				continue;
+			s[count].id = r->id;
+			s[count].state = r->state;
+			s[count].time_us = tasktab_state_us(r);
+			count++;
+		}
+	}
+	*seq = tab.seq;
+	pthread_mutex_unlock(&tab.lock);
+	if (count == 0) {
+		free(s);
+		s = NULL;
+	}
+	*out = s;
+	return (ssize_t)count;
 }
 
 void tasktab_counts(uint64_t counts[RT_NSTATES])

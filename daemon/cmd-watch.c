@@ -218,6 +218,10 @@ static bool watch_send(struct watcher *w, const struct watch_ent *e)
 	if (e->flags & WATCH_SNAP_DONE) {
 		we.snapshot_done = true;
 		watch_send_event(w, &we);
+		if (w->ids != NULL && w->left == 0) {
+			watch_end(w);   /* every id had ended already */
+			return true;
+		}
 		return false;
 	}
 	ssize_t k = watch_find(w, e->id);
@@ -244,7 +248,8 @@ static bool watch_send(struct watcher *w, const struct watch_ent *e)
 		tasktab_info_free(&info);
 	if (k >= 0 && ended) {
 		w->ended[k] = 1;
-		if (--w->left == 0) {
+		/* A snapshot is sent whole, marker included. */
+		if (--w->left == 0 && !(e->flags & WATCH_SNAP)) {
 			watch_end(w);
 			return true;
 		}

@@ -5,7 +5,8 @@
  *
  * Counted today: connections (max_connections_per_user), requests in flight
  * (max_waits_per_user: every request counted by conn_begin_wait, over all of
- * the uid's connections) and logs streams (max_followers_per_user).  A new
+ * the uid's connections) and logs and watch streams
+ * (max_followers_per_user).  A new
  * kind (running or queued tasks) is one more enum value, config key and
  * name in the table below.  Root is counted like everyone: a root client
  * holding thousands of streams starves others just the same, and an
@@ -54,7 +55,7 @@ static const struct {
 } quota_kinds[QUOTA_NKINDS] = {
 	[QUOTA_CONNECTIONS] = { "max_connections_per_user", "connections" },
 	[QUOTA_WAITS] = { "max_waits_per_user", "requests in flight" },
-	[QUOTA_FOLLOWERS] = { "max_followers_per_user", "logs streams" },
+	[QUOTA_FOLLOWERS] = { "max_followers_per_user", "logs and watch streams" },
 };
 
 uint64_t quota_cap(int kind)

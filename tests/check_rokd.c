@@ -2022,9 +2022,13 @@ START_TEST(watch_own_tasks_only)
 	int rootw = rc_hello();
 	rc_watch_req(rootw, 60, NULL, 0, NULL);
 	ck_assert_uint_eq(rc_watch_snapshot(rootw, 60), 1);
+	int ready[2], go[2];
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(go), 0);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
+		char b = 0;
 		if (rc_become_nobody() != 0)
 			_exit(10);
 		int c = rc_connect();
@@ -2045,8 +2049,11 @@ START_TEST(watch_own_tasks_only)
 		r = rc_recv(c);
 		if (r == NULL || r->watch == NULL || !r->watch->snapshot_done)
 			_exit(14);
-		/* Root spawns meanwhile (below): none of it may show.  The
-		 * events of our task may come before the spawn's reply. */
+		/* Root's tasks run and end now (the parent), before ours:
+		 * their events would come first. */
+		if (write(ready[1], &b, 1) != 1 || read(go[0], &b, 1) != 1)
+			_exit(18);
+		/* The events of our task may come before the spawn's reply. */
 		rc_spawn_req(c, 7, "noop", NULL, false, 0);
 		uint64_t own = 0, seen[8];
 		size_t nseen = 0;
@@ -2070,12 +2077,16 @@ START_TEST(watch_own_tasks_only)
 				_exit(17);
 		_exit(0);
 	}
-	/* Root's own tasks change state while nobody watches. */
+	char b = 0;
+	ck_assert_int_eq(read(ready[0], &b, 1), 1);
+	uint64_t ids[4];
+	for (int i = 0; i < 4; i++)
+		ids[i] = rc_spawn(fd, "noop", NULL);
+	Response *jr = rc_join(fd, ids, 4, 0);
+	rok__v1__response__free_unpacked(jr, NULL);
+	ck_assert_int_eq(write(go[1], &b, 1), 1);
 	int status;
-	pid_t w;
-	while ((w = waitpid(pid, &status, WNOHANG)) == 0)
-		(void)rc_spawn(fd, "noop", NULL);
-	ck_assert_int_eq(w, pid);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 	              "watcher as nobody: step %d failed", WEXITSTATUS(status));
 	/* Root's watch saw nobody's task too. */
@@ -2085,6 +2096,10 @@ START_TEST(watch_own_tasks_only)
 		if (r->watch->task != NULL && r->watch->task->uid == 65534)
 			theirs = true;
 		rok__v1__response__free_unpacked(r, NULL);
+	}
+	for (int i = 0; i < 2; i++) {
+		close(ready[i]);
+		close(go[i]);
 	}
 	rc_cancel_ok(fd, mine);
 	close(rootw);

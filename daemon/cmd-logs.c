@@ -22,7 +22,7 @@
  * times that.
  *
  * Wake-ups: while any follower exists, logs subscribes to the task events
- * (events.c): output appended to a task, and its state changes (the end).
+ * (events.c): output appended to a task, and its end.
  * Each pumps that task's followers.  A new follower subscribes first and
  * then reads the file and the task's state (events.c says why that order
  * misses nothing).
@@ -70,7 +70,7 @@ static struct {
 	struct follower *head;       /* every follower, for the events */
 } logs;
 
-#define LOGS_EVENTS (EVENTS_STATE | EVENTS_OUTPUT)
+#define LOGS_EVENTS (EVENTS_END | EVENTS_OUTPUT)
 
 static void logs_event_cb(const struct events_ev *ev);
 

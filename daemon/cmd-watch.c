@@ -39,6 +39,7 @@
 #include "rokd.h"
 
 #define WATCH_DEFAULT_GROUP "default"
+#define WATCH_EVENTS (EVENTS_STATE | EVENTS_END)
 
 enum {
 	WATCH_SNAP = 1u << 0,        /* part of a snapshot */
@@ -117,7 +118,7 @@ static void watch_free(struct watcher *w)
 	if (w->next != NULL)
 		w->next->prev = w->prev;
 	conn_stream_remove(&w->stream);
-	events_unsubscribe(watch_event_cb, EVENTS_STATE);
+	events_unsubscribe(watch_event_cb, WATCH_EVENTS);
 	quota_give(w->uid, QUOTA_FOLLOWERS);
 	free(w->ids);
 	free(w->ended);
@@ -450,7 +451,7 @@ void cmd_watch(struct conn *c, const Request *req)
 	conn_stream_add(c, &w->stream, &watch_ops);
 	/* Subscribed before the snapshot: see events.c.  (An unsubscribe
 	 * of what was never subscribed, in watch_free, does nothing.) */
-	if (events_subscribe(watch_event_cb, EVENTS_STATE) < 0 ||
+	if (events_subscribe(watch_event_cb, WATCH_EVENTS) < 0 ||
 	    watch_snapshot(w) < 0) {
 		watch_fail(w, "out of memory for a snapshot");
 		return;

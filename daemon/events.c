@@ -2,7 +2,8 @@
  * events.c — task events: the task table publishes, streams subscribe.
  *
  * The task table (tasktab.c) publishes every state change of a task
- * (queued, running, an end) and exec-output.c every append to a task's
+ * (queued or running: EVENTS_STATE; an end: EVENTS_END, apart so that
+ * logs hears only of those) and exec-output.c every append to a task's
  * output; the streams that push to clients (cmd-logs.c, cmd-watch.c)
  * subscribe.  So the task layer knows no reply and the stream commands
  * know no kind: both know this file only.
@@ -30,7 +31,7 @@
 #include "reactor.h"
 #include "rokd.h"
 
-#define EVENTS_KINDS 2
+#define EVENTS_KINDS 3
 #define EVENTS_SUBS 4             /* logs, watch: room to spare */
 
 static struct {
@@ -43,7 +44,7 @@ static struct {
 
 static int events_index(unsigned kind)
 {
-	return kind == EVENTS_STATE ? 0 : 1;
+	return kind == EVENTS_STATE ? 0 : kind == EVENTS_END ? 1 : 2;
 }
 
 bool events_wanted(unsigned kind)

@@ -379,11 +379,12 @@ void exec_output_path(uint64_t id, char *buf, size_t len);
  * atomic load while nobody subscribes to that kind of event.
  */
 enum {
-	EVENTS_STATE = 1u << 0,     /* a task changed state (queued too) */
-	EVENTS_OUTPUT = 1u << 1,    /* an exec task appended output */
+	EVENTS_STATE = 1u << 0,     /* a task was queued or started */
+	EVENTS_END = 1u << 1,       /* a task ended */
+	EVENTS_OUTPUT = 1u << 2,    /* an exec task appended output */
 };
 struct events_ev {
-	unsigned kind;              /* EVENTS_STATE or EVENTS_OUTPUT */
+	unsigned kind;              /* one of the above */
 	uint64_t id;
 	uid_t uid;                  /* the task's owner */
 	int state;                  /* its state (RT_*) after the change */

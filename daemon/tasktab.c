@@ -366,7 +366,8 @@ static void tasktab_set_state(struct rtask *r, int state,
 	tab.counts[state]++;
 	r->state = state;
 	*ev = (struct events_ev){
-		.kind = EVENTS_STATE, .id = r->id, .uid = r->uid,
+		.kind = state == RT_RUNNING ? EVENTS_STATE : EVENTS_END,
+		.id = r->id, .uid = r->uid,
 		.state = state, .seq = ++tab.seq,
 	};
 }

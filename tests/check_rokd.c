@@ -1519,6 +1519,9 @@ static void rc_expect_cap(int fd, uint64_t req_id, const char *key)
  * logs streams gets RESOURCE_EXHAUSTED (a connection: at its hello, then
  * closed), while another uid is served.
  */
+static void rc_watch_req(int fd, uint64_t req_id, uint64_t *ids, size_t n,
+                         const char *group);
+
 START_TEST(per_user_caps)
 {
 	enum { CONNS = 4 };
@@ -1542,6 +1545,8 @@ START_TEST(per_user_caps)
 	rc_logs_req(fds[1], 51, sleeper, true);
 	rc_logs_req(fds[2], 52, sleeper, true);
 	rc_expect_cap(fds[2], 52, "max_followers_per_user");
+	rc_watch_req(fds[2], 56, NULL, 0, NULL);   /* watches count too */
+	rc_expect_cap(fds[2], 56, "max_followers_per_user");
 	rc_join_req(fds[2], 53, &sleeper);
 	rc_join_req(fds[3], 54, &sleeper);
 	rc_join_req(fds[3], 55, &sleeper);

@@ -15,8 +15,8 @@ nothing hangs on a dead daemon.  Connect again to go on; tasks the daemon
 accepted keep running.
 
 The daemon bounds the requests one connection may have pending
-(``client.server.max_in_flight``; a log stream counts until it ends);
-past that it answers :class:`rok.ResourceExhausted`.
+(``client.server.max_in_flight``; a log or watch stream counts until it
+ends); past that it answers :class:`rok.ResourceExhausted`.
 """
 
 import collections

@@ -366,7 +366,7 @@ static void tasktab_set_state(struct rtask *r, int state,
 	tab.counts[state]++;
 	r->state = state;
 	*ev = (struct events_ev){
-		.kind = state == RT_RUNNING ? EVENTS_STATE : EVENTS_END,
+		.kind = state >= RT_SUCCEEDED ? EVENTS_END : EVENTS_STATE,
 		.id = r->id, .uid = r->uid,
 		.state = state, .seq = ++tab.seq,
 	};

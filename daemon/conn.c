@@ -201,12 +201,10 @@ void conn_stream_remove(struct conn_stream *s)
 
 /* A later loop turn than a close or a shutdown: tells each stream, which
  * may free itself now (it is inside none of its own callbacks). */
-static void conn_streams_end_cb(evutil_socket_t fd, short what, void *arg)
+static void conn_streams_end_cb(void *arg)
 {
 	struct conn *c = arg;
 
-	(void)fd;
-	(void)what;
 	for (struct conn_stream *s = c->streams, *next; s != NULL; s = next) {
 		next = s->next;   /* a callback removes only s */
 		if (c->dead)
@@ -221,10 +219,13 @@ static void conn_streams_end(struct conn *c)
 {
 	if (c->streams == NULL)
 		return;
+	/* reactor_call, not event_base_once: its calls run even when the
+	 * reactor stops right after (a close at the daemon's stop), so no
+	 * stream is left holding its connection. */
 	conn_ref(c);
-	if (event_base_once(reactor_base(), -1, EV_TIMEOUT,
-	                    conn_streams_end_cb, c, NULL) != 0) {
-		log_warnx("connection %llu: could not end its streams",
+	int err = reactor_call(conn_streams_end_cb, c);
+	if (err < 0) {
+		log_errno(err, "connection %llu: could not end its streams",
 		          (unsigned long long)c->serial);
 		conn_unref(c);
 	}

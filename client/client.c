@@ -317,10 +317,11 @@ static int client_pump(rok_client *c, int64_t deadline, rok_reply **out)
 			rc = client_decode(c, body, (size_t)n, &r);
 			if (rc < 0)
 				return rc;
-			/* A logs stream is one request: only its last
-			 * reply (end, or an error) ends it. */
+			/* A logs or watch stream is one request: only
+			 * its last reply (end, or an error) ends it. */
 			if (c->in_flight > 0 &&
-			    !(r->type == ROK_REPLY_LOGS && !r->end))
+			    !((r->type == ROK_REPLY_LOGS ||
+			       r->type == ROK_REPLY_WATCH) && !r->end))
 				c->in_flight--;
 			if (client_take_dropped(c, r->req_id)) {
 				rok_reply_free(r);

@@ -320,6 +320,21 @@ static void reply_body(struct reply_box *b, const Rok__V1__Response *m)
 			reply_tasks(b, &l->task, 1);
 		break;
 	}
+	case ROK__V1__RESPONSE__BODY_WATCH: {
+		const Rok__V1__WatchEvent *w = m->watch;
+
+		r->type = ROK_REPLY_WATCH;
+		r->id = w->id;
+		r->state = (int)w->state;
+		r->time_us = w->time_us;
+		r->snapshot = w->snapshot;
+		r->snapshot_done = w->snapshot_done;
+		r->lagged = w->lagged;
+		r->end = w->end;
+		if (w->task != NULL)
+			reply_tasks(b, &w->task, 1);
+		break;
+	}
 	case ROK__V1__RESPONSE__BODY_PRUNE:
 		r->type = ROK_REPLY_PRUNE;
 		r->pruned = m->prune->pruned;

@@ -350,6 +350,30 @@ int rok_client_send_logs(rok_client *c, uint64_t task_id, bool follow,
 	return client_send(c, &req, req_id);
 }
 
+int rok_client_send_watch(rok_client *c, const uint64_t *ids, size_t n,
+			  const char *group, const int *states,
+			  size_t n_states, uint64_t *req_id)
+{
+	Rok__V1__Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__WatchRequest body = ROK__V1__WATCH_REQUEST__INIT;
+	Rok__V1__TaskState st[16];
+
+	*req_id = 0;
+	if (n_states > sizeof(st) / sizeof(st[0]))
+		return -EINVAL;   /* there are fewer states than that */
+	for (size_t i = 0; i < n_states; i++)
+		st[i] = (Rok__V1__TaskState)states[i];
+	body.n_ids = n;
+	body.ids = REQUEST_BORROW(ids);
+	if (group != NULL)
+		body.group = request_bytes(group, strlen(group));
+	body.n_states = n_states;
+	body.states = st;
+	req.body_case = ROK__V1__REQUEST__BODY_WATCH;
+	req.watch = &body;
+	return client_send(c, &req, req_id);
+}
+
 int rok_client_send_list(rok_client *c, int state, uint64_t after_id,
 			 uint32_t limit, uint64_t *req_id)
 {

@@ -3,8 +3,11 @@
  * has finished and prints each, in the order given.  Exit status: 0 if
  * all succeeded, 1 if one did not, 3 if an id was unknown or not ours,
  * 5 if TIMEOUT passed first (the tasks keep running; nothing is printed).
+ * With several ids and standard error a terminal, it shows "37/100 done,
+ * 2 failed" there as they end (rokctl-watch.c); not in a pipe or a log.
  */
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "rokctl.h"
 
@@ -24,7 +27,13 @@ static int join_exec(struct rokctl *ctx, const struct rokctl_args *a)
 	rc = rokctl_open_ids(ctx, a, &ids, &ms);
 	if (rc != ROKCTL_EXIT_OK)
 		goto out;
-	rc = rok_client_join(ctx->client, ids, (size_t)a->argc, ms, &r);
+	/* Many ids, no timeout, a person at a terminal: progress on stderr
+	 * (a timed join would outlive a watch of tasks still running). */
+	if (a->argc > 1 && ms == 0 && !ctx->json && isatty(STDERR_FILENO))
+		rc = watch_progress_join(ctx, ids, (size_t)a->argc, &r);
+	else
+		rc = rok_client_join(ctx->client, ids, (size_t)a->argc, ms,
+				     &r);
 	if (rc == ROK_E_TIMED_OUT) {
 		rc = rokctl_err(ctx, ROKCTL_EXIT_TIMEOUT, "not all finished "
 				"within %s", a->val[KEY_TIMEOUT]);

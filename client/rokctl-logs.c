@@ -37,7 +37,7 @@ static int logs_write(struct rokctl *ctx, const rok_reply *r)
 	return ROKCTL_EXIT_OK;
 }
 
-static int logs_stream(struct rokctl *ctx, uint64_t id, bool follow)
+int logs_stream(struct rokctl *ctx, uint64_t id, bool follow)
 {
 	uint64_t rid;
 	rok_reply *r = NULL;

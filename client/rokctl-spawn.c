@@ -22,6 +22,8 @@
  * --wait is one waiting spawn request; --wait-timeout spawns, then joins
  * with that timeout, so that on a timeout the id of the still running task
  * can be reported (a waiting spawn that times out has no id to give back).
+ * With --follow it spawns, then streams the task's output as `logs -f`
+ * does (rokctl-logs.c) and exits by its outcome, as --wait does.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,6 +45,8 @@ static const struct rokctl_opt spawn_opts[] = {
 	{ KEY_WAIT, 'w', "wait", NULL, "wait for the task, print its result" },
 	{ KEY_WAIT_TIMEOUT, 0, "wait-timeout", "DURATION",
 	  "wait at most DURATION (implies --wait)" },
+	{ KEY_FOLLOW, 'f', "follow", NULL,
+	  "write the task's output as it runs, exit by its outcome" },
 	{ KEY_ENV, 'e', "env", "NAME=VALUE", "exec: set a variable (repeatable)" },
 	{ KEY_CLEAN_ENV, 0, "clean-env", NULL,
 	  "exec: do not send this environment" },
@@ -494,6 +498,11 @@ static int spawn_exec(struct rokctl *ctx, const struct rokctl_args *a)
 	if (rc != ROKCTL_EXIT_OK)
 		goto out;
 
+	if (a->seen[KEY_FOLLOW] && wait) {
+		rc = rokctl_usage(ctx, "--follow waits already: it does not go "
+				  "with --wait or --wait-timeout");
+		goto out;
+	}
 	if (wait && !a->seen[KEY_WAIT_TIMEOUT]) {
 		rok_client_set_timeout(ctx->client, 0);   /* as long as it runs */
 		rc = rok_client_spawn_wait(ctx->client, &sp.spec, 0, &r);
@@ -503,6 +512,10 @@ static int spawn_exec(struct rokctl *ctx, const struct rokctl_args *a)
 	rc = rok_client_spawn(ctx->client, &sp.spec, &id);
 	if (rc != 0) {
 		rc = rokctl_fail(ctx, rc);
+		goto out;
+	}
+	if (a->seen[KEY_FOLLOW]) {
+		rc = logs_stream(ctx, id, true);
 		goto out;
 	}
 	if (!wait) {
@@ -536,13 +549,16 @@ out:
 const struct rokctl_cmd rokctl_cmd_spawn = {
 	.name = "spawn",
 	.operands = "[--] ARG...",
-	.synopsis = "[-k KIND] [-g GROUP] [-p PRIORITY] [-w] [--] ARG...",
+	.synopsis = "[-k KIND] [-t TIMEOUT] [-g GROUP] [-p PRIORITY] [-w|-f] "
+		    "[--] ARG...",
 	.summary = "Start a task and print its id",
 	.details =
 		"Kinds: exec ARG... (the default; runs ARG... with this\n"
 		"directory and environment), noop, sleep DURATION, echo TEXT.\n"
 		"Prints the new task id alone on a line; with --wait, the\n"
-		"finished task as 'join' prints it, and exits by its outcome.\n",
+		"finished task as 'join' prints it, and exits by its outcome.\n"
+		"With --follow, writes the task's output as it runs (as 'logs -f'\n"
+		"does) and exits by its outcome.\n",
 	.opts = spawn_opts,
 	.min_args = 0,
 	.max_args = -1,

@@ -36,6 +36,7 @@ const struct rokctl_cmd *const rokctl_cmds[] = {
 	&rokctl_cmd_ping,
 	&rokctl_cmd_prune,
 	&rokctl_cmd_group,
+	&rokctl_cmd_watch,
 	&rokctl_cmd_help,
 	NULL
 };
@@ -50,7 +51,7 @@ static const struct rokctl_opt rokctl_common_opts[] = {
 
 static const char rokctl_exit_help[] =
 	"Exit status (when several apply, the highest wins):\n"
-	"  0  success; join, race, spawn --wait: the tasks succeeded\n"
+	"  0  success; join, race, spawn -w/-f, watch ID: the tasks succeeded\n"
 	"  1  a task ended unsuccessfully (failed, cancelled, timed_out,\n"
 	"     interrupted), or a local error (out of memory, output)\n"
 	"  2  usage error\n"

@@ -152,5 +152,18 @@ extern const struct rokctl_cmd rokctl_cmd_spawn, rokctl_cmd_join,
 	rokctl_cmd_race, rokctl_cmd_cancel, rokctl_cmd_status,
 	rokctl_cmd_list, rokctl_cmd_logs, rokctl_cmd_stats,
 	rokctl_cmd_ping, rokctl_cmd_prune, rokctl_cmd_group, rokctl_cmd_help;
+extern const struct rokctl_cmd rokctl_cmd_watch;
+
+/* ---- rokctl-logs.c --------------------------------------------------- */
+/* Writes task id's output as it comes (follow: until it ends); an exit
+ * status: with follow, the task's outcome as join reports it. */
+int logs_stream(struct rokctl *ctx, uint64_t id, bool follow);
+
+/* ---- rokctl-watch.c -------------------------------------------------- */
+/* join of n ids (no timeout) with "37/100 done, 2 failed" on stderr as
+ * they end (a terminal's business: the caller checks).  As
+ * rok_client_join: 0 with *out the join reply, a typed error, or -errno. */
+int watch_progress_join(struct rokctl *ctx, const uint64_t *ids, size_t n,
+			rok_reply **out);
 
 #endif /* ROK_ROKCTL_H */

@@ -12,23 +12,20 @@
  * end, and as one of its uid's streams (max_followers_per_user, quota.c);
  * the final reply goes through reply_post, which ends that wait.
  *
- * Flow control: a follower sends only while its connection has less than
- * logs_high() bytes queued, and resumes when conn.c reports the output
- * drained (logs_conn_writable).  So a client that does not read holds at
- * most logs_high() + one reply of memory per stream.  Both are kept under
- * the limits of rokd.conf (half and a quarter of max_output, a reply under
- * max_frame), so streams do not trip conn.c's max_output; only a reply of
- * one large record (up to EXEC_REC_MAX) can exceed a max_output set below
- * four times that.
+ * Flow control: a follower is a stream of its connection (conn.c's
+ * interface): it sends only while conn_stream_room holds, and resumes when
+ * the connection tells it the output drained.  So a client that does not
+ * read holds at most the pause mark + one reply of memory per stream.
+ * Replies are kept under a quarter of max_output and under max_frame, so
+ * streams do not trip conn.c's max_output; only a reply of one large
+ * record (up to EXEC_REC_MAX) can exceed a max_output set below four
+ * times that.
  *
- * Wake-ups: an exec task that appends output, and every task that ends,
- * calls logs_notify(id).  It is one atomic load when nobody follows
- * anything; otherwise it queues logs_wake_cb on the reactor, which pumps
- * the task's followers.  The order that makes this race-free: the task
- * writes (or marks itself finished) and then loads `nfollowers`; a new
- * follower increments `nfollowers` and then reads the file and the task's
- * state.  Both sequentially consistent: either the task sees the follower
- * and wakes it, or the follower sees what the task did.
+ * Wake-ups: while any follower exists, logs subscribes to the task events
+ * (events.c): output appended to a task, and its end.
+ * Each pumps that task's followers.  A new follower subscribes first and
+ * then reads the file and the task's state (events.c says why that order
+ * misses nothing).
  *
  * The file is read on the reactor thread (pread of the page cache, at most
  * logs_batch() bytes per reply); records cut short at the end of the file
@@ -36,25 +33,15 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "exec.h"
-#include "reactor.h"
 #include "rokd.h"
 
-#define LOGS_HIGH (256u << 10)       /* queued bytes before pausing */
 #define LOGS_BATCH (EXEC_REC_MAX + EXEC_REC_HDR)
 #define LOGS_CHUNKS 64               /* records per reply, at most */
-
-/* Bytes queued for a connection before its streams pause. */
-static size_t logs_high(void)
-{
-	return config.max_output / 2 < LOGS_HIGH ? config.max_output / 2
-	                                         : LOGS_HIGH;
-}
 
 /* Bytes of records per reply (a reply holds at least one record). */
 static size_t logs_batch(void)
@@ -69,22 +56,23 @@ static size_t logs_batch(void)
 }
 
 struct follower {
+	struct conn_stream stream;   /* first: conn.c hands it back */
 	struct conn *conn;
 	uid_t uid;                   /* holds one of its QUOTA_FOLLOWERS */
 	uint64_t req_id, task_id;
 	bool follow;
-	bool dead;                   /* its connection closed */
 	int fd;                      /* the output file; -1: not open yet */
 	off_t off;                   /* next record to send */
 	struct follower *prev, *next;
 };
 
 static struct {
-	struct follower *head;
-	_Atomic unsigned n;          /* followers, read by any thread */
+	struct follower *head;       /* every follower, for the events */
 } logs;
 
-void logs_notify(uint64_t id);
+#define LOGS_EVENTS (EVENTS_END | EVENTS_OUTPUT)
+
+static void logs_event_cb(const struct events_ev *ev);
 
 static void logs_remove(struct follower *f)
 {
@@ -94,7 +82,8 @@ static void logs_remove(struct follower *f)
 		logs.head = f->next;
 	if (f->next != NULL)
 		f->next->prev = f->prev;
-	atomic_fetch_sub(&logs.n, 1);
+	conn_stream_remove(&f->stream);
+	events_unsubscribe(logs_event_cb, LOGS_EVENTS);
 	if (f->fd >= 0)
 		close(f->fd);
 	quota_give(f->uid, QUOTA_FOLLOWERS);
@@ -175,15 +164,15 @@ static int logs_send_batch(struct follower *f)
 /* Sends what it can; ends f when it is done.  f may be freed. */
 static void logs_pump(struct follower *f)
 {
-	if (f->dead || conn_closed(f->conn)) {
+	if (conn_closed(f->conn)) {
 		logs_end(f);   /* reply_post on a closed conn only ends the wait */
 		return;
 	}
 	/* Looked at before reading: a task that has ended wrote everything. */
 	bool finished = tasktab_finished(f->task_id);
 	for (;;) {
-		if (conn_output_len(f->conn) >= logs_high())
-			return;   /* logs_conn_writable resumes */
+		if (!conn_stream_room(f->conn))
+			return;   /* logs_writable resumes */
 		int rc = logs_send_batch(f);
 		if (conn_closed(f->conn)) {
 			logs_end(f);
@@ -202,64 +191,30 @@ static void logs_pump(struct follower *f)
 		logs_end(f);
 }
 
-static void logs_wake_cb(void *arg)
+static void logs_event_cb(const struct events_ev *ev)
 {
-	uint64_t id = (uint64_t)(uintptr_t)arg;
-
 	for (struct follower *f = logs.head, *next; f != NULL; f = next) {
 		next = f->next;   /* logs_pump frees only f */
-		if (f->task_id == id)
+		if (f->task_id == ev->id)
 			logs_pump(f);
 	}
 }
 
-void logs_notify(uint64_t id)
+static void logs_writable(struct conn_stream *s)
 {
-	/* Pairs with the increment in cmd_logs (both seq_cst). */
-	if (atomic_load(&logs.n) == 0)
-		return;
-	if (sizeof(uintptr_t) < sizeof(uint64_t))
-		return;   /* not on the platforms rokd runs on */
-	int err = reactor_call(logs_wake_cb, (void *)(uintptr_t)id);
-	if (err < 0 && err != -ESHUTDOWN)
-		log_errno(err, "could not wake the followers of task %llu",
-		          (unsigned long long)id);
+	logs_pump((struct follower *)(void *)s);
 }
 
-void logs_conn_writable(struct conn *c)
+static void logs_closed(struct conn_stream *s)
 {
-	for (struct follower *f = logs.head, *next; f != NULL; f = next) {
-		next = f->next;
-		if (f->conn == c)
-			logs_pump(f);
-	}
+	logs_end((struct follower *)(void *)s);   /* only ends the wait */
 }
 
-static void logs_sweep_cb(void *arg)
-{
-	(void)arg;
-	for (struct follower *f = logs.head, *next; f != NULL; f = next) {
-		next = f->next;
-		if (f->dead)
-			logs_end(f);
-	}
-}
-
-void logs_conn_closed(struct conn *c)
-{
-	bool any = false;
-
-	/* Only marked here: the caller may be inside logs_pump. */
-	for (struct follower *f = logs.head; f != NULL; f = f->next) {
-		if (f->conn == c && !f->dead) {
-			f->dead = true;
-			any = true;
-		}
-	}
-	if (any && reactor_call(logs_sweep_cb, NULL) < 0)
-		log_warnx("could not end the output streams of a closed "
-		          "connection");
-}
+/* No shutdown hook: a stop cancels every task, which ends its followers. */
+static const struct conn_stream_ops logs_ops = {
+	.writable = logs_writable,
+	.closed = logs_closed,
+};
 
 void cmd_logs(struct conn *c, const Request *req)
 {
@@ -287,7 +242,8 @@ void cmd_logs(struct conn *c, const Request *req)
 		return;
 	}
 	struct follower *f = calloc(1, sizeof(*f));
-	if (f == NULL) {
+	if (f == NULL || events_subscribe(logs_event_cb, LOGS_EVENTS) < 0) {
+		free(f);
 		quota_give(conn_uid(c), QUOTA_FOLLOWERS);
 		reply_post_error(c, req->id, ROK__V1__ERROR_CODE__INTERNAL,
 		                 "out of memory");
@@ -303,6 +259,6 @@ void cmd_logs(struct conn *c, const Request *req)
 	if (logs.head != NULL)
 		logs.head->prev = f;
 	logs.head = f;
-	atomic_fetch_add(&logs.n, 1);   /* before reading: see the top */
-	logs_pump(f);
+	conn_stream_add(c, &f->stream, &logs_ops);
+	logs_pump(f);   /* subscribed before reading: see the top */
 }

@@ -79,6 +79,7 @@ void config_defaults(struct config *c)
 	c->max_running_per_user = 250000;
 	c->max_finished_per_user = 25000;
 	c->keep_finished_per_user = 250000;
+	c->watch_lag_max = 16384;
 	c->max_task_output = 64ull << 20;
 	c->kill_grace_ms = 5000;
 	/* journal */
@@ -209,6 +210,7 @@ static int config_set(struct config *c, const char *key, const char *v,
 		      1ull << 32),
 		CFG_U("keep_finished_per_user", keep_finished_per_user,
 		      1ull << 40),
+		CFG_U("watch_lag_max", watch_lag_max, 1u << 24),
 		/* exec tasks */
 		CFG_U("max_task_output", max_task_output, 1ull << 40),
 		CFG_D("kill_grace", kill_grace_ms),

@@ -22,6 +22,14 @@
  * connection is still open, and the reference is dropped.  A connection is
  * freed when its last reference goes, always on a later loop turn than the
  * callback that closed it (tmux's rule), never inside its own callback.
+ *
+ * Streams (requests answered by many replies: logs, watch) are a property
+ * of the connection, behind one interface (struct conn_stream in rokd.h):
+ * a connection keeps a list of its streams and tells each when its output
+ * has drained (send more) and, on a later loop turn, when it closed or the
+ * daemon is stopping.  conn.c knows no command: only that interface, and
+ * the pause mark (conn_stream_room) that keeps every stream's queued bytes
+ * under max_output.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -43,6 +51,9 @@
 /* Connections over their uid's cap kept open at once to be told why. */
 #define CONN_REFUSING_MAX 64
 
+/* Queued bytes above which streams pause (and resume once drained). */
+#define CONN_STREAM_HIGH (256u << 10)
+
 struct conn {
 	struct bufferevent *bev;
 	int refs;
@@ -56,6 +67,7 @@ struct conn {
 	                             at its first request, then closed */
 	bool dead;                /* closed: no more reading or writing */
 	bool draining;            /* shutdown: close once flushed and answered */
+	struct conn_stream *streams; /* its streams in progress */
 	struct conn *prev, *next; /* every live connection */
 };
 
@@ -154,6 +166,71 @@ void conn_free_leftovers(void)
 	}
 }
 
+bool conn_stream_room(const struct conn *c)
+{
+	uint64_t high = config.max_output / 2 < CONN_STREAM_HIGH
+	                ? config.max_output / 2 : CONN_STREAM_HIGH;
+
+	return !c->dead && conn_output_len(c) < high;
+}
+
+void conn_stream_add(struct conn *c, struct conn_stream *s,
+                     const struct conn_stream_ops *ops)
+{
+	s->ops = ops;
+	s->conn = c;
+	s->prev = NULL;
+	s->next = c->streams;
+	if (c->streams != NULL)
+		c->streams->prev = s;
+	c->streams = s;
+}
+
+void conn_stream_remove(struct conn_stream *s)
+{
+	struct conn *c = s->conn;
+
+	if (s->prev != NULL)
+		s->prev->next = s->next;
+	else
+		c->streams = s->next;
+	if (s->next != NULL)
+		s->next->prev = s->prev;
+	s->prev = s->next = NULL;
+}
+
+/* A later loop turn than a close or a shutdown: tells each stream, which
+ * may free itself now (it is inside none of its own callbacks). */
+static void conn_streams_end_cb(void *arg)
+{
+	struct conn *c = arg;
+
+	for (struct conn_stream *s = c->streams, *next; s != NULL; s = next) {
+		next = s->next;   /* a callback removes only s */
+		if (c->dead)
+			s->ops->closed(s);
+		else if (s->ops->shutdown != NULL)
+			s->ops->shutdown(s);
+	}
+	conn_unref(c);
+}
+
+static void conn_streams_end(struct conn *c)
+{
+	if (c->streams == NULL)
+		return;
+	/* reactor_call, not event_base_once: its calls run even when the
+	 * reactor stops right after (a close at the daemon's stop), so no
+	 * stream is left holding its connection. */
+	conn_ref(c);
+	int err = reactor_call(conn_streams_end_cb, c);
+	if (err < 0) {
+		log_errno(err, "connection %llu: could not end its streams",
+		          (unsigned long long)c->serial);
+		conn_unref(c);
+	}
+}
+
 static void conn_close(struct conn *c, const char *why)
 {
 	if (c->dead)
@@ -175,7 +252,7 @@ static void conn_close(struct conn *c, const char *why)
 		conns.refusing--;
 	else
 		quota_give(c->uid, QUOTA_CONNECTIONS);
-	logs_conn_closed(c);        /* its output streams end */
+	conn_streams_end(c);        /* its streams end, on a later turn */
 	conn_unref(c);              /* the connection's own reference */
 }
 
@@ -324,9 +401,21 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 
 static void conn_write_cb(struct bufferevent *bev, void *arg)
 {
+	struct conn *c = arg;
+
 	(void)bev;
-	logs_conn_writable(arg);    /* room again for output streams */
-	conn_maybe_finish(arg);
+	/* Room again for its streams; each may end itself, and a send may
+	 * close c (its streams are then told on a later turn). */
+	conn_ref(c);
+	for (struct conn_stream *s = c->streams, *next; s != NULL; s = next) {
+		next = s->next;
+		if (c->dead)
+			break;
+		s->ops->writable(s);
+	}
+	if (!c->dead)
+		conn_maybe_finish(c);
+	conn_unref(c);
 }
 
 static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
@@ -581,6 +670,7 @@ void conn_shutdown(void)
 		next = c->next;
 		c->draining = true;
 		bufferevent_disable(c->bev, EV_READ);
+		conn_streams_end(c);   /* those that would never end */
 		conn_maybe_finish(c);
 	}
 }

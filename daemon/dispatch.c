@@ -19,6 +19,7 @@ static const struct cmd cmds[] = {
 	{ ROK__V1__REQUEST__BODY_LOGS, "logs", cmd_logs },
 	{ ROK__V1__REQUEST__BODY_PRUNE, "prune", cmd_prune },
 	{ ROK__V1__REQUEST__BODY_GROUP, "group", cmd_group },
+	{ ROK__V1__REQUEST__BODY_WATCH, "watch", cmd_watch },
 };
 
 void dispatch(struct conn *c, const Request *req)

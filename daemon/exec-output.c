@@ -196,7 +196,10 @@ void exec_out_append(struct exec_out *o, int stream, const uint8_t *buf,
 		buf += k;
 		n -= k;
 	}
-	logs_notify(o->id);
+	/* Followers of its output (cmd-logs.c) read what was just written. */
+	if (events_wanted(EVENTS_OUTPUT))
+		events_publish(&(struct events_ev){ .kind = EVENTS_OUTPUT,
+		                                    .id = o->id });
 }
 
 void exec_out_done(struct exec_out *o)

@@ -407,9 +407,9 @@ static void gate_timer_fire(uint64_t gen)
 
 /*
  * THE start: every task that waited in the gate leaves it here, once its
- * dependencies succeeded (or ended, after_any) and its time came.  Today
- * it runs the task at once; a scheduler with groups puts it in its group's
- * queue instead.
+ * dependencies succeeded (or ended, after_any) and its time came.  Its
+ * runner starts at once; one of an exec task waits there for a slot of
+ * its group (kind_spawn, queue.c).
  */
 static void gate_start(struct rtask *r, const uint8_t *spec, size_t len)
 {
@@ -421,11 +421,9 @@ static void gate_start(struct rtask *r, const uint8_t *spec, size_t len)
 static void gate_cancel_task(struct rtask *r, const char *why)
 {
 	struct rt_outcome o = { .state = RT_CANCELLED };
-	uint64_t id = tasktab_id(r);
 
 	snprintf(o.reason, sizeof(o.reason), "%s", why);
-	tasktab_finish(r, &o);   /* r may go from here on */
-	logs_notify(id);
+	tasktab_finish(r, &o);   /* r may go from here on; publishes the end */
 }
 
 /* Acts on the ready entries, unless another thread is at it (then that

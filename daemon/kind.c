@@ -88,7 +88,6 @@ static rok_poll runner_poll(rok_cx *cx, void *frame)
 		queue_leave(f->ticket);
 		if (ended && f->reply.conn != NULL)
 			tasktab_reply(id, &f->reply);
-		logs_notify(id);   /* followers of its output see the end */
 	}
 	ROK_END(cx);
 }

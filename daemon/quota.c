@@ -5,11 +5,12 @@
  *
  * Counted here: connections (max_connections_per_user), requests in flight
  * (max_waits_per_user: every request counted by conn_begin_wait, over all of
- * the uid's connections) and logs streams (max_followers_per_user).  Queued
- * tasks (max_queued_per_user) and queued + running tasks
- * (max_running_per_user) are counted by tasktab.c under the task table's
- * lock, which every change of a task's state already holds; they are in
- * the table below for their keys and messages (quota_explain).  Root is counted like everyone: a root client
+ * the uid's connections) and logs and watch streams
+ * (max_followers_per_user).  Queued tasks (max_queued_per_user) and queued
+ * + running tasks (max_running_per_user) are counted by tasktab.c under
+ * the task table's lock, which every change of a task's state already
+ * holds; they are in the table below for their keys and messages
+ * (quota_explain).  Root is counted like everyone: a root client
  * holding thousands of streams starves others just the same, and an
  * administrator who wants more raises the caps.
  *
@@ -56,7 +57,7 @@ static const struct {
 } quota_kinds[QUOTA_NALL] = {
 	[QUOTA_CONNECTIONS] = { "max_connections_per_user", "connections" },
 	[QUOTA_WAITS] = { "max_waits_per_user", "requests in flight" },
-	[QUOTA_FOLLOWERS] = { "max_followers_per_user", "logs streams" },
+	[QUOTA_FOLLOWERS] = { "max_followers_per_user", "logs and watch streams" },
 	[QUOTA_QUEUED] = { "max_queued_per_user", "queued tasks" },
 	[QUOTA_RUNNING] = { "max_running_per_user",
 	                    "queued and running tasks" },

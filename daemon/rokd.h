@@ -66,11 +66,12 @@ struct config {
 	/* per uid (quota.c) */
 	uint32_t max_connections_per_user;
 	uint32_t max_waits_per_user;
-	uint32_t max_followers_per_user;
+	uint32_t max_followers_per_user; /* logs and watch streams */
 	uint64_t max_queued_per_user;       /* tasks not started yet */
 	uint64_t max_running_per_user;      /* queued + running, at spawn */
 	uint64_t max_finished_per_user;     /* finished kept in memory */
 	uint64_t keep_finished_per_user;    /* finished kept in the journal */
+	uint32_t watch_lag_max;     /* events a watcher may fall behind */
 	char *socket_group;         /* root: group that may connect */
 	bool root;                  /* running as root */
 	/* exec tasks */
@@ -394,6 +395,26 @@ void tasktab_set_wait(struct rtask *r, uint64_t dep, uint64_t not_before_us);
 uint64_t tasktab_not_before(const struct rtask *r);
 void tasktab_set_run(struct rtask *r, uint32_t run, uint64_t not_before_us);
 
+/*
+ * The watch snapshot (reactor thread), taken under the table's lock with
+ * the change counter *seq: every change with a larger counter comes after
+ * it.  With ids (n > 0), one entry per id in order (state 0 for an id not
+ * in memory: it has finished, look it up with tasktab_info); else one per
+ * queued or running task uid may see, of `group` only unless it is NULL
+ * ("default" takes in the tasks spawned without a group).  A malloc'd
+ * array in *out (NULL when empty): the count, or -ENOMEM.
+ */
+struct tasktab_snap {
+	uint64_t id;
+	uint64_t time_us;
+	int state;
+};
+ssize_t tasktab_snapshot(uid_t uid, const char *group, const uint64_t *ids,
+                         size_t n, struct tasktab_snap **out, uint64_t *seq);
+/* Whether a task of group `task_group` (NULL or "": spawned without one)
+ * is in group `group`. */
+bool tasktab_in_group(const char *task_group, const char *group);
+
 /* Tasks by state, for stats. */
 void tasktab_counts(uint64_t counts[RT_NSTATES]);
 
@@ -491,13 +512,38 @@ void exec_limits_save(void);
 /* exec-output.c: where task id's output is: "<state_dir>/output/<id>.log". */
 void exec_output_path(uint64_t id, char *buf, size_t len);
 
-/* ---- cmd-logs.c: output streams to clients (reactor thread) ----------- */
-/* Any thread: task `id` wrote output or ended; wakes its followers (cheap
- * when nobody follows anything). */
-void logs_notify(uint64_t id);
-/* Reactor thread, from conn.c: c's output drained; c was closed. */
-void logs_conn_writable(struct conn *c);
-void logs_conn_closed(struct conn *c);
+/* ---- events.c: task events, published by the task table ------------- */
+/*
+ * The task table (state changes) and exec-output.c (output written)
+ * publish; streams (cmd-logs.c, cmd-watch.c) subscribe.  Publishing is one
+ * atomic load while nobody subscribes to that kind of event.
+ */
+enum {
+	EVENTS_STATE = 1u << 0,     /* a task was queued or started */
+	EVENTS_END = 1u << 1,       /* a task ended */
+	EVENTS_OUTPUT = 1u << 2,    /* an exec task appended output */
+};
+struct events_ev {
+	unsigned kind;              /* one of the above */
+	uint64_t id;
+	uid_t uid;                  /* the task's owner */
+	int state;                  /* its state (RT_*) after the change */
+	uint64_t time_us;           /* spawned, started or finished */
+	uint64_t seq;               /* tasktab's change counter after it */
+	char group[GROUP_NAME_MAX + 1]; /* STATE, END: its group; "": default */
+};
+/* Reactor thread, on a subscriber's behalf. */
+typedef void events_fn(const struct events_ev *ev);
+/* Reactor thread: fn gets every event of `kinds` from now on (counted:
+ * as many unsubscribes as subscribes).  0, or -ENOMEM. */
+int events_subscribe(events_fn *fn, unsigned kinds);
+void events_unsubscribe(events_fn *fn, unsigned kinds);
+/* Any thread, after the change is visible in the table (see events.c for
+ * the order that makes this race-free): queues ev (copied) for the
+ * subscribers on the reactor thread, in publication order. */
+void events_publish(const struct events_ev *ev);
+/* Whether anybody subscribes to `kind` (one sequentially consistent load). */
+bool events_wanted(unsigned kind);
 
 /* ---- conn.c: one client connection (reactor thread) ------------------- */
 struct conn;
@@ -515,6 +561,35 @@ bool conn_closed(const struct conn *c);
 size_t conn_output_len(const struct conn *c);
 bool conn_hello_done(const struct conn *c);
 void conn_set_hello_done(struct conn *c);
+
+/*
+ * Streams: requests answered by many replies (logs, watch), a property of
+ * the connection.  The stream's owner embeds a conn_stream and adds it
+ * after conn_begin_wait (so the connection outlives it); conn.c calls
+ * `writable` when the output has drained (the stream may send while
+ * conn_stream_room holds, and may remove and free itself, never another
+ * stream), and on a later loop turn than the close `closed` (the stream
+ * must remove itself and end its wait) or, at a daemon stop, `shutdown`
+ * (NULL: the stream ends by itself soon, as logs -f does when its task is
+ * cancelled).  Reactor thread.
+ */
+struct conn_stream;
+struct conn_stream_ops {
+	void (*writable)(struct conn_stream *s);
+	void (*closed)(struct conn_stream *s);
+	void (*shutdown)(struct conn_stream *s);
+};
+struct conn_stream {
+	const struct conn_stream_ops *ops;
+	struct conn *conn;
+	struct conn_stream *prev, *next;
+};
+void conn_stream_add(struct conn *c, struct conn_stream *s,
+                     const struct conn_stream_ops *ops);
+void conn_stream_remove(struct conn_stream *s);
+/* Whether c is open with fewer queued bytes than the streams' pause mark
+ * (half of max_output, at most 256 KiB): a stream sends only then. */
+bool conn_stream_room(const struct conn *c);
 
 /* Encodes and queues a response (reactor thread).  Closes the connection if
  * its client let too much output pile up. */
@@ -595,6 +670,7 @@ void cmd_stats(struct conn *c, const Request *req);
 void cmd_logs(struct conn *c, const Request *req);
 void cmd_prune(struct conn *c, const Request *req);
 void cmd_group(struct conn *c, const Request *req);
+void cmd_watch(struct conn *c, const Request *req);
 
 /* Validates a spec and creates its record: 0 or an ErrorCode with a message
  * in err.  Shared by spawn and select. */

@@ -101,6 +101,7 @@ static struct {
 	struct rtask *fhead, *ftail;   /* finished, oldest first */
 	uint64_t nfinished;
 	uint64_t counts[RT_NSTATES];
+	uint64_t seq;                  /* state changes so far */
 	bool stopping;                 /* tasktab_cancel_all ran */
 	struct tasktab_user *users[TASKTAB_USER_BUCKETS];
 } tab = { .lock = PTHREAD_MUTEX_INITIALIZER };
@@ -410,7 +411,14 @@ int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
 	}
 	r->id = tab.next_id++;
 	tasktab_insert(r);
+	struct events_ev ev = {
+		.kind = EVENTS_STATE, .id = r->id, .uid = uid,
+		.state = RT_QUEUED, .time_us = r->spawned_us, .seq = ++tab.seq,
+	};
+	if (r->group != NULL)
+		snprintf(ev.group, sizeof(ev.group), "%s", r->group);
 	pthread_mutex_unlock(&tab.lock);
+	events_publish(&ev);
 	*out = r;
 	return 0;
 }
@@ -508,14 +516,23 @@ void tasktab_reply(uint64_t id, const struct rt_reply *reply)
 	tasktab_info_free(&info);
 }
 
-/* Lock held.  Moves a record to a new state, keeping the counts. */
-static void tasktab_set_state(struct rtask *r, int state)
+/* Lock held.  Moves a record to a new state, keeping the counts; fills
+ * *ev for events_publish (its time set by the caller). */
+static void tasktab_set_state(struct rtask *r, int state,
+                              struct events_ev *ev)
 {
 	tab.counts[r->state]--;
 	tab.counts[state]++;
 	tasktab_user_count(r, -1);
 	r->state = state;
 	tasktab_user_count(r, 1);
+	*ev = (struct events_ev){
+		.kind = state >= RT_SUCCEEDED ? EVENTS_END : EVENTS_STATE,
+		.id = r->id, .uid = r->uid,
+		.state = state, .seq = ++tab.seq,
+	};
+	if (r->group != NULL)
+		snprintf(ev->group, sizeof(ev->group), "%s", r->group);
 }
 
 int tasktab_start(struct rtask *r, const TaskSpec *spec,
@@ -582,16 +599,20 @@ int tasktab_start_packed(struct rtask *r, const uint8_t *spec, size_t len,
 
 void tasktab_running(struct rtask *r)
 {
+	struct events_ev ev;
+
 	pthread_mutex_lock(&tab.lock);
 	bool started = r->state == RT_QUEUED;
 	if (started) {
-		tasktab_set_state(r, RT_RUNNING);
-		r->started_us = tasktab_now_us();
+		tasktab_set_state(r, RT_RUNNING, &ev);
+		r->started_us = ev.time_us = tasktab_now_us();
 	}
 	uint64_t id = r->id, us = r->started_us;
 	pthread_mutex_unlock(&tab.lock);
-	if (started)
+	if (started) {
 		journal_started(id, us);
+		events_publish(&ev);
+	}
 }
 
 /*
@@ -602,7 +623,8 @@ void tasktab_running(struct rtask *r)
  * next run would likely pass as well.  The output kept is the last run's
  * (each exec run starts a fresh file).
  */
-static bool tasktab_requeue(struct rtask *r, const struct rt_outcome *o)
+static bool tasktab_requeue(struct rtask *r, const struct rt_outcome *o,
+                            struct events_ev *ev)
 {
 	/* Also while rokd stops: the failure was real, and the next start
 	 * runs the retry (the gate starts nothing once stopping). */
@@ -616,7 +638,8 @@ static bool tasktab_requeue(struct rtask *r, const struct rt_outcome *o)
 		ms = DURATION_MAX_MS;
 	r->run++;
 	r->not_before_us = tasktab_now_us() + ms * 1000;
-	tasktab_set_state(r, RT_QUEUED);
+	tasktab_set_state(r, RT_QUEUED, ev);
+	ev->time_us = tasktab_now_us();
 	r->started_us = 0;
 	r->ctl = NULL;
 	r->ticket = NULL;   /* the runner's queue_leave frees it */
@@ -625,8 +648,10 @@ static bool tasktab_requeue(struct rtask *r, const struct rt_outcome *o)
 
 bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 {
+	struct events_ev ev;
+
 	pthread_mutex_lock(&tab.lock);
-	if (tasktab_requeue(r, o)) {
+	if (tasktab_requeue(r, o, &ev)) {
 		uint64_t id = r->id, nb = r->not_before_us;
 		uint32_t run = r->run;
 		rok_task *h = r->handle;
@@ -636,6 +661,7 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 		free(o->value);
 		o->value = NULL;
 		rok_task_unref(h);   /* as below: the runner holds its own */
+		events_publish(&ev);   /* queued again: a state, not an end */
 		gate_retry(id, nb);
 		return false;
 	}
@@ -649,8 +675,8 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 		         "interrupted");
 		journaled = false;
 	}
-	tasktab_set_state(r, o->state);
-	r->finished_us = tasktab_now_us();
+	tasktab_set_state(r, o->state, &ev);
+	r->finished_us = ev.time_us = tasktab_now_us();
 	r->value = o->value;
 	r->value_len = o->value_len;
 	o->value = NULL;
@@ -702,6 +728,8 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 		journal_exec_gone(jf.id);
 	tasktab_evict(u);   /* r may go here */
 	pthread_mutex_unlock(&tab.lock);
+	/* Watchers and followers of its output see the end. */
+	events_publish(&ev);
 	/*
 	 * Dropped after unlocking: the poll that calls this still holds the
 	 * runtime's own reference, so this never frees the running task.
@@ -1183,6 +1211,66 @@ void tasktab_set_run(struct rtask *r, uint32_t run, uint64_t not_before_us)
 	r->run = run > 0 ? run : 1;
 	r->not_before_us = not_before_us;
 	pthread_mutex_unlock(&tab.lock);
+}
+
+/* Lock held: when r entered its present state. */
+static uint64_t tasktab_state_us(const struct rtask *r)
+{
+	return r->state == RT_QUEUED ? r->spawned_us
+	       : r->state == RT_RUNNING ? r->started_us : r->finished_us;
+}
+
+bool tasktab_in_group(const char *task_group, const char *group)
+{
+	if (task_group == NULL || task_group[0] == '\0')
+		task_group = "default";
+	return strcmp(task_group, group) == 0;
+}
+
+ssize_t tasktab_snapshot(uid_t uid, const char *group, const uint64_t *ids,
+                         size_t n, struct tasktab_snap **out, uint64_t *seq)
+{
+	struct tasktab_snap *s = NULL;
+	size_t count = 0;
+
+	*out = NULL;
+	pthread_mutex_lock(&tab.lock);
+	size_t cap = n > 0 ? n : tab.counts[RT_QUEUED] + tab.counts[RT_RUNNING];
+	if (cap > 0 && (s = malloc(cap * sizeof(*s))) == NULL) {
+		pthread_mutex_unlock(&tab.lock);
+		return -ENOMEM;
+	}
+	if (n > 0) {
+		for (size_t i = 0; i < n; i++) {
+			struct rtask *r = tasktab_find(ids[i]);
+			s[i].id = ids[i];
+			s[i].state = r != NULL && !r->gone ? r->state : 0;
+			s[i].time_us = s[i].state != 0 ? tasktab_state_us(r) : 0;
+		}
+		count = n;
+	} else {
+		/* Unfinished records are never evicted nor gone. */
+		for (struct rtask *r = tab.head; r != NULL && count < cap;
+		     r = r->next) {
+			if ((r->state != RT_QUEUED && r->state != RT_RUNNING) ||
+			    (uid != 0 && r->uid != uid) ||
+			    (group != NULL &&
+			     !tasktab_in_group(r->group, group)))
+				continue;
+			s[count].id = r->id;
+			s[count].state = r->state;
+			s[count].time_us = tasktab_state_us(r);
+			count++;
+		}
+	}
+	*seq = tab.seq;
+	pthread_mutex_unlock(&tab.lock);
+	if (count == 0) {
+		free(s);
+		s = NULL;
+	}
+	*out = s;
+	return (ssize_t)count;
 }
 
 void tasktab_counts(uint64_t counts[RT_NSTATES])

@@ -7,6 +7,7 @@
  *	abuse-client amplify SOCKET SECONDS
  *	abuse-client idle SOCKET COUNT SECONDS
  *	abuse-client slowlogs SOCKET SECONDS
+ *	abuse-client slowwatch SOCKET SECONDS
  *
  * good: the well-behaved client.  For SECONDS it spawns tasks one at a
  * time (echo, noop, sleep 10ms, and exec true every eighth), on a fresh
@@ -27,6 +28,10 @@
  *
  * slowlogs: spawns a chatty exec task (lines without pause, for SECONDS)
  * and follows its output (`logs -f`), reading one reply every 500 ms.
+ *
+ * slowwatch: watches every task it may see (run as root: all of them) and
+ * reads one event every 500 ms, so rokd must keep its memory bounded
+ * (watch_lag_max) and say what it dropped; reports the lag markers.
  *
  * The hostile modes report what happened and exit 0 unless they could not
  * start at all: what they must not break is judged by the test through
@@ -408,6 +413,50 @@ static int abuse_slowlogs(const char *socket, long secs)
 	return 0;
 }
 
+/* ---- slowwatch -------------------------------------------------------- */
+
+static int abuse_slowwatch(const char *socket, long secs)
+{
+	int64_t end = abuse_now_ns() + secs * 1000000000ll;
+	long events = 0, lags = 0;
+	uint64_t req, dropped = 0;
+	int err;
+	rok_client *c = abuse_connect("abuse-slowwatch", socket, &err);
+
+	if (c == NULL ||
+	    (err = rok_client_send_watch(c, NULL, 0, NULL, NULL, 0, &req)) != 0 ||
+	    (err = rok_client_flush(c)) != 0) {
+		printf("slowwatch: could not start: %s\n", abuse_strerr(err));
+		rok_client_free(c);
+		return 2;
+	}
+	printf("slowwatch: watching\n");
+	while (abuse_now_ns() < end) {
+		rok_reply *r;
+		if ((err = rok_client_wait(c, req, &r)) != 0) {
+			printf("slowwatch: the stream broke after %ld events: "
+			       "%s\n", events, abuse_strerr(err));
+			rok_client_free(c);
+			return 0;   /* judged by the test */
+		}
+		events++;
+		if (r->lagged > 0) {
+			lags++;
+			dropped += r->lagged;
+		}
+		bool last = r->end;
+		rok_reply_free(r);
+		if (last)
+			break;
+		abuse_nap_ms(500);
+	}
+	printf("slowwatch: read %ld events, one per 500 ms; %ld lag markers, "
+	       "%llu events dropped\n", events, lags,
+	       (unsigned long long)dropped);
+	rok_client_free(c);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -421,9 +470,11 @@ int main(int argc, char **argv)
 		return abuse_idle(argv[2], atol(argv[3]), atol(argv[4]));
 	if (argc == 4 && strcmp(argv[1], "slowlogs") == 0)
 		return abuse_slowlogs(argv[2], atol(argv[3]));
+	if (argc == 4 && strcmp(argv[1], "slowwatch") == 0)
+		return abuse_slowwatch(argv[2], atol(argv[3]));
 	fprintf(stderr, "usage: abuse-client good SOCKET SECONDS IDS_FILE\n"
 	        "       abuse-client check SOCKET IDS_FILE\n"
-	        "       abuse-client amplify|slowlogs SOCKET SECONDS\n"
+	        "       abuse-client amplify|slowlogs|slowwatch SOCKET SECONDS\n"
 	        "       abuse-client idle SOCKET COUNT SECONDS\n");
 	return 2;
 }

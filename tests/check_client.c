@@ -440,6 +440,46 @@ static uint8_t *fake_answer(struct fake *f, const Rok__V1__Request *req,
 		resp.ping = &p;
 		break;
 	}
+	case ROK__V1__REQUEST__BODY_WATCH: {
+		/* A stream in one write: the snapshot of the first id, its
+		 * marker, then the end (three frames back to back). */
+		Rok__V1__WatchEvent ev[3];
+		uint8_t *frames[3];
+		size_t flen[3], total = 0;
+
+		if (req->watch->n_ids == 0) {
+			err.code = ROK__V1__ERROR_CODE__INVALID_ARGUMENT;
+			err.message = fake_str("the fake watches ids only");
+			resp.error = &err;
+			break;
+		}
+		fake_tasks_make(&ft, req->watch->ids, 1);
+		for (int i = 0; i < 3; i++)
+			rok__v1__watch_event__init(&ev[i]);
+		ev[0].id = req->watch->ids[0];
+		ev[0].state = ft.t[0].state;
+		ev[0].time_us = 1234;
+		ev[0].snapshot = true;
+		ev[0].task = &ft.t[0];
+		ev[1].snapshot_done = true;
+		ev[2].end = true;
+		resp.body_case = ROK__V1__RESPONSE__BODY_WATCH;
+		for (int i = 0; i < 3; i++) {
+			resp.watch = &ev[i];
+			frames[i] = fake_pack(&resp, &flen[i]);
+			total += flen[i];
+		}
+		out = malloc(total);
+		ck_assert_ptr_nonnull(out);
+		*len = 0;
+		for (int i = 0; i < 3; i++) {
+			memcpy(out + *len, frames[i], flen[i]);
+			*len += flen[i];
+			free(frames[i]);
+		}
+		fake_tasks_free(&ft);
+		return out;
+	}
 	default:
 		err.code = ROK__V1__ERROR_CODE__INVALID_ARGUMENT;
 		err.message = fake_str("unknown request");
@@ -1035,6 +1075,45 @@ START_TEST(wait_keeps_other_replies)
 		rok_reply_free(r);
 	}
 	ck_assert_int_eq(rok_client_recv(c, 0, &r), -EAGAIN);
+	fake_pair_done(&f, c);
+}
+END_TEST
+
+/* A watch is one request in flight until its end; its events decode. */
+START_TEST(watch_stream)
+{
+	static const int states[] = { ROK_TASK_SUCCEEDED };
+	uint64_t id = 7, rid;
+	struct fake f;
+	rok_reply *r;
+	int rc;
+	rok_client *c;
+
+	fake_init(&f, FAKE_NORMAL);
+	c = fake_pair(&f, &rc);
+	ck_assert_int_eq(rc, 0);
+	ck_assert_int_eq(rok_client_send_watch(c, &id, 1, NULL, states, 1,
+					       &rid), 0);
+	ck_assert_int_eq(rok_client_wait(c, rid, &r), 0);
+	ck_assert_int_eq(r->type, ROK_REPLY_WATCH);
+	ck_assert_uint_eq(r->id, 7);
+	ck_assert_int_eq(r->state, ROK_TASK_FAILED);
+	ck_assert_uint_eq(r->time_us, 1234);
+	ck_assert(r->snapshot && !r->snapshot_done && !r->end);
+	ck_assert_uint_eq(r->n_tasks, 1);
+	ck_assert_int_eq(r->tasks[0].exit_code, 3);
+	rok_reply_free(r);
+	ck_assert_uint_eq(rok_client_in_flight(c), 1);
+	ck_assert_int_eq(rok_client_wait(c, rid, &r), 0);
+	ck_assert(r->snapshot_done && !r->end);
+	rok_reply_free(r);
+	ck_assert_uint_eq(rok_client_in_flight(c), 1);
+	ck_assert_int_eq(rok_client_wait(c, rid, &r), 0);
+	ck_assert(r->end);
+	rok_reply_free(r);
+	ck_assert_uint_eq(rok_client_in_flight(c), 0);
+	ck_assert_int_eq(rok_client_send_watch(c, &id, 1, NULL, states, 99,
+					       &rid), -EINVAL);
 	fake_pair_done(&f, c);
 }
 END_TEST
@@ -1831,6 +1910,7 @@ static Suite *client_suite(void)
 		{ "typed_error", typed_error },
 		{ "pipelined_out_of_order", pipelined_out_of_order },
 		{ "wait_keeps_other_replies", wait_keeps_other_replies },
+		{ "watch_stream", watch_stream },
 		{ "close_mid_reply", close_mid_reply },
 		{ "close_without_reply", close_without_reply },
 		{ "close_before_reply", close_before_reply },

@@ -1524,6 +1524,9 @@ static void rc_expect_cap(int fd, uint64_t req_id, const char *key)
  * logs streams gets RESOURCE_EXHAUSTED (a connection: at its hello, then
  * closed), while another uid is served.
  */
+static void rc_watch_req(int fd, uint64_t req_id, uint64_t *ids, size_t n,
+                         const char *group);
+
 START_TEST(per_user_caps)
 {
 	enum { CONNS = 4 };
@@ -1547,6 +1550,8 @@ START_TEST(per_user_caps)
 	rc_logs_req(fds[1], 51, sleeper, true);
 	rc_logs_req(fds[2], 52, sleeper, true);
 	rc_expect_cap(fds[2], 52, "max_followers_per_user");
+	rc_watch_req(fds[2], 56, NULL, 0, NULL);   /* watches count too */
+	rc_expect_cap(fds[2], 56, "max_followers_per_user");
 	rc_join_req(fds[2], 53, &sleeper);
 	rc_join_req(fds[3], 54, &sleeper);
 	rc_join_req(fds[3], 55, &sleeper);
@@ -2095,6 +2100,393 @@ START_TEST(long_chain)
 }
 END_TEST
 
+/* ---- watch ------------------------------------------------------------ */
+
+/* Sends a watch of n ids (0: all; group NULL: none) as request req_id. */
+static void rc_watch_req(int fd, uint64_t req_id, uint64_t *ids, size_t n,
+                         const char *group)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__WatchRequest w = ROK__V1__WATCH_REQUEST__INIT;
+
+	w.ids = ids;
+	w.n_ids = n;
+	if (group != NULL)
+		w.group = bin(group);
+	req.id = req_id;
+	req.body_case = ROK__V1__REQUEST__BODY_WATCH;
+	req.watch = &w;
+	rc_send(fd, &req);
+}
+
+/* The next response, which must be a watch event of req_id. */
+static Response *rc_watch_next(int fd, uint64_t req_id)
+{
+	Response *r = rc_recv(fd);
+
+	ck_assert_ptr_nonnull(r);
+	ck_assert_msg(r->error == NULL, "watch failed: %.*s",
+	              r->error ? (int)r->error->message.len : 0,
+	              r->error ? (char *)r->error->message.data : "");
+	ck_assert_uint_eq(r->id, req_id);
+	ck_assert_int_eq(r->body_case, ROK__V1__RESPONSE__BODY_WATCH);
+	return r;
+}
+
+/* Reads a watch's snapshot up to its marker: how many entries it had. */
+static size_t rc_watch_snapshot(int fd, uint64_t req_id)
+{
+	size_t n = 0;
+
+	for (;;) {
+		Response *r = rc_watch_next(fd, req_id);
+		bool done = r->watch->snapshot_done;
+		if (!done) {
+			ck_assert(r->watch->snapshot);
+			n++;
+		}
+		rok__v1__response__free_unpacked(r, NULL);
+		if (done)
+			return n;
+	}
+}
+
+static bool rc_is_end(Rok__V1__TaskState s)
+{
+	return s >= ROK__V1__TASK_STATE__TASK_SUCCEEDED;
+}
+
+/* With ids: the snapshot, each end once, then the end marker; another
+ * user's id, an unknown id and a bad state are refused. */
+START_TEST(watch_ids)
+{
+	rokd_start(NULL);
+	int fd = rc_hello();
+	uint64_t ids[3];
+	ids[0] = rc_spawn(fd, "noop", NULL);
+	ids[1] = rc_spawn(fd, "sleep", "300ms");
+	ids[2] = ids[0];   /* named twice: reported once */
+	Response *jr = rc_join(fd, ids, 1, 0);
+	rok__v1__response__free_unpacked(jr, NULL);
+	rc_watch_req(fd, 30, ids, 3, NULL);
+	int ends[2] = { 0, 0 };
+	bool done = false, seen_snap_done = false;
+	while (!done) {
+		Response *r = rc_watch_next(fd, 30);
+		Rok__V1__WatchEvent *w = r->watch;
+		if (w->end) {
+			done = true;
+		} else if (w->snapshot_done) {
+			seen_snap_done = true;
+		} else {
+			ck_assert(w->id == ids[0] || w->id == ids[1]);
+			ck_assert_uint_eq(w->snapshot, !seen_snap_done);
+			if (rc_is_end(w->state)) {
+				ck_assert_ptr_nonnull(w->task);
+				ck_assert_uint_eq(w->task->id, w->id);
+				ck_assert_int_eq(w->task->state, w->state);
+				ck_assert_uint_gt(w->time_us, 0);
+				ends[w->id == ids[1]]++;
+			}
+		}
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+	ck_assert(seen_snap_done);
+	ck_assert_int_eq(ends[0], 1);
+	ck_assert_int_eq(ends[1], 1);
+	rc_ping_ok(fd);   /* the stream ended: the connection goes on */
+
+	uint64_t unknown = 999999;
+	rc_watch_req(fd, 31, &unknown, 1, NULL);
+	Response *r = rc_recv(fd);
+	ck_assert_ptr_nonnull(r->error);
+	ck_assert_int_eq(r->error->code, ROK__V1__ERROR_CODE__NOT_FOUND);
+	rok__v1__response__free_unpacked(r, NULL);
+
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__WatchRequest w = ROK__V1__WATCH_REQUEST__INIT;
+	Rok__V1__TaskState bad = 42;
+	w.states = &bad;
+	w.n_states = 1;
+	req.id = 32;
+	req.body_case = ROK__V1__REQUEST__BODY_WATCH;
+	req.watch = &w;
+	rc_send(fd, &req);
+	r = rc_recv(fd);
+	ck_assert_ptr_nonnull(r->error);
+	ck_assert_int_eq(r->error->code,
+	                 ROK__V1__ERROR_CODE__INVALID_ARGUMENT);
+	rok__v1__response__free_unpacked(r, NULL);
+
+	/* A group other than "default" matches nothing (no groups yet). */
+	rc_watch_req(fd, 33, NULL, 0, "nosuchgroup");
+	ck_assert_uint_eq(rc_watch_snapshot(fd, 33), 0);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
+/* 10,000 tasks finishing while a watcher of all reads: every end event
+ * arrives exactly once, and nothing lags. */
+START_TEST(watch_every_end_once)
+{
+	rokd_start("watch_lag_max = 1000000\nmax_finished = 1000000");
+	long n = test_scale(10000);
+	int wfd = rc_hello();
+	rc_watch_req(wfd, 40, NULL, 0, NULL);
+	ck_assert_uint_eq(rc_watch_snapshot(wfd, 40), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		/* Spawns in pipelined batches; reports by exit status. */
+		int fd = rc_connect();
+		if (fd < 0)
+			_exit(10);
+		rc_send_hello(fd);
+		Response *r = rc_recv(fd);
+		if (r == NULL || r->hello == NULL)
+			_exit(11);
+		for (long done = 0; done < n;) {
+			long b = n - done < 500 ? n - done : 500;
+			for (long i = 0; i < b; i++)
+				rc_spawn_req(fd, 100, "noop", NULL, false, 0);
+			for (long i = 0; i < b; i++) {
+				r = rc_recv(fd);
+				if (r == NULL || r->error != NULL)
+					_exit(12);
+				rok__v1__response__free_unpacked(r, NULL);
+			}
+			done += b;
+		}
+		_exit(0);
+	}
+	uint8_t *ends = calloc((size_t)n + 1, 1);
+	ck_assert_ptr_nonnull(ends);
+	long distinct = 0;
+	while (distinct < n) {
+		Response *r = rc_watch_next(wfd, 40);
+		Rok__V1__WatchEvent *w = r->watch;
+		ck_assert_uint_eq(w->lagged, 0);
+		ck_assert(!w->snapshot && !w->end);
+		ck_assert_uint_ge(w->id, 1);
+		ck_assert_uint_le(w->id, (uint64_t)n);
+		if (rc_is_end(w->state)) {
+			ck_assert_int_eq(w->state,
+			                 ROK__V1__TASK_STATE__TASK_SUCCEEDED);
+			ck_assert_msg(ends[w->id] == 0, "task %llu ended twice",
+			              (unsigned long long)w->id);
+			ends[w->id] = 1;
+			distinct++;
+		}
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	              "spawner: step %d failed", WEXITSTATUS(status));
+	/* Nothing more for them: a ping's answer comes next. */
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__PingRequest p = ROK__V1__PING_REQUEST__INIT;
+	req.id = 41;
+	req.body_case = ROK__V1__REQUEST__BODY_PING;
+	req.ping = &p;
+	rc_send(wfd, &req);
+	Response *r = rc_recv(wfd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_uint_eq(r->id, 41);
+	rok__v1__response__free_unpacked(r, NULL);
+	free(ends);
+	close(wfd);
+	rokd_stop();   /* ends the watch (end marker) and stops cleanly */
+}
+END_TEST
+
+/* A watcher that stops reading: rokd keeps it (no disconnect), its memory
+ * stays bounded, and once it reads it gets "lagged: N", a fresh snapshot,
+ * and the stream goes on. */
+START_TEST(watch_lagging_reader)
+{
+	/* Enough events to fill the socket, the pause mark (16 KiB with
+	 * this max_output) and 100 more at any test scale: a noop task
+	 * makes three, about 150 bytes. */
+	rokd_start("watch_lag_max = 100\nmax_finished = 1000000\n"
+	           "max_output = 32768");
+	long n = test_scale(20000);
+	if (n < 6000)
+		n = 6000;
+	int wfd = rc_hello(), fd = rc_hello();
+	int small = 4096;
+	setsockopt(wfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	rc_watch_req(wfd, 50, NULL, 0, NULL);
+	uint64_t sleeper = rc_spawn(fd, "sleep", "1h");
+	long rss0 = proc_status_kb(rokd_pid, "VmRSS");
+	for (long done = 0; done < n;) {
+		long b = n - done < 500 ? n - done : 500;
+		for (long i = 0; i < b; i++)
+			rc_spawn_req(fd, 100, "noop", NULL, false, 0);
+		for (long i = 0; i < b; i++) {
+			Response *r = rc_recv(fd);
+			ck_assert_ptr_nonnull(r);
+			ck_assert_ptr_null(r->error);
+			rok__v1__response__free_unpacked(r, NULL);
+		}
+		done += b;
+	}
+	uint64_t last = n + 1;   /* ids 1..n+1, the sleeper first */
+	Response *jr = rc_join(fd, &last, 1, 0);
+	rok__v1__response__free_unpacked(jr, NULL);
+	long rss1 = proc_status_kb(rokd_pid, "VmRSS");
+	/* Unbounded, the events would take about n * 3 frames of output;
+	 * bounded, a few hundred KiB at most.  The margin is for the
+	 * records themselves and the allocator. */
+	ck_assert_msg(rss1 - rss0 < 64 * 1024,
+	              "rokd grew by %ld KiB for a watcher that does not read",
+	              rss1 - rss0);
+	/* Now read: some events, then the lag marker, then a snapshot
+	 * holding the sleeper, then live events again. */
+	uint64_t lagged = 0;
+	while (lagged == 0) {
+		Response *r = rc_watch_next(wfd, 50);
+		lagged = r->watch->lagged;
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+	ck_assert_uint_gt(lagged, 100);
+	bool sleeper_seen = false;
+	for (;;) {
+		Response *r = rc_watch_next(wfd, 50);
+		bool done = r->watch->snapshot_done;
+		if (r->watch->lagged > 0) {
+			sleeper_seen = false;   /* lagged again: a new one */
+		} else if (!done) {
+			ck_assert(r->watch->snapshot);
+			if (r->watch->id == sleeper)
+				sleeper_seen = true;
+		}
+		rok__v1__response__free_unpacked(r, NULL);
+		if (done)
+			break;
+	}
+	ck_assert(sleeper_seen);
+	/* The stream goes on: a task spawned now is seen ending.  (The
+	 * watcher may have lagged more than once while it did not read: a
+	 * lag still on its way may swallow that task; then another.) */
+	bool seen = false;
+	for (int tries = 0; !seen && tries < 100; tries++) {
+		uint64_t id = rc_spawn(fd, "noop", NULL);
+		for (;;) {
+			Response *r = rc_watch_next(wfd, 50);
+			bool again = r->watch->lagged > 0;
+			seen = r->watch->id == id && rc_is_end(r->watch->state);
+			rok__v1__response__free_unpacked(r, NULL);
+			if (seen || again)
+				break;
+		}
+	}
+	ck_assert(seen);
+	rc_cancel_ok(fd, sleeper);
+	close(fd);
+	close(wfd);
+	rokd_stop();
+}
+END_TEST
+
+/* A user hears only of their own tasks (root of all). */
+START_TEST(watch_own_tasks_only)
+{
+	if (geteuid() != 0)
+		return;   /* needs root to switch users */
+	rokd_start("socket_group = nogroup");
+	int fd = rc_hello();
+	uint64_t mine = rc_spawn(fd, "sleep", "1h");
+	int rootw = rc_hello();
+	rc_watch_req(rootw, 60, NULL, 0, NULL);
+	ck_assert_uint_eq(rc_watch_snapshot(rootw, 60), 1);
+	int ready[2], go[2];
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		char b = 0;
+		if (rc_become_nobody() != 0)
+			_exit(10);
+		int c = rc_connect();
+		if (c < 0)
+			_exit(11);
+		rc_send_hello(c);
+		Response *r = rc_recv(c);
+		if (r == NULL || r->hello == NULL)
+			_exit(12);
+		/* Root's task by id: refused. */
+		rc_watch_req(c, 5, &mine, 1, NULL);
+		r = rc_recv(c);
+		if (r == NULL || r->error == NULL || r->error->code !=
+		    ROK__V1__ERROR_CODE__PERMISSION_DENIED)
+			_exit(13);
+		/* All of mine: root's sleeper is not in the snapshot. */
+		rc_watch_req(c, 6, NULL, 0, NULL);
+		r = rc_recv(c);
+		if (r == NULL || r->watch == NULL || !r->watch->snapshot_done)
+			_exit(14);
+		/* Root's tasks run and end now (the parent), before ours:
+		 * their events would come first. */
+		if (write(ready[1], &b, 1) != 1 || read(go[0], &b, 1) != 1)
+			_exit(18);
+		/* The events of our task may come before the spawn's reply. */
+		rc_spawn_req(c, 7, "noop", NULL, false, 0);
+		uint64_t own = 0, seen[8];
+		size_t nseen = 0;
+		bool ended = false;
+		while (own == 0 || !ended) {
+			r = rc_recv(c);
+			if (r == NULL)
+				_exit(15);
+			if (r->id == 7 && r->spawn != NULL) {
+				own = r->spawn->id;
+				continue;
+			}
+			if (r->watch == NULL || nseen == 8)
+				_exit(16);
+			seen[nseen++] = r->watch->id;
+			if (rc_is_end(r->watch->state))
+				ended = true;
+		}
+		for (size_t i = 0; i < nseen; i++)
+			if (seen[i] != own)
+				_exit(17);
+		_exit(0);
+	}
+	char b = 0;
+	ck_assert_int_eq(read(ready[0], &b, 1), 1);
+	uint64_t ids[4];
+	for (int i = 0; i < 4; i++)
+		ids[i] = rc_spawn(fd, "noop", NULL);
+	Response *jr = rc_join(fd, ids, 4, 0);
+	rok__v1__response__free_unpacked(jr, NULL);
+	ck_assert_int_eq(write(go[1], &b, 1), 1);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	              "watcher as nobody: step %d failed", WEXITSTATUS(status));
+	/* Root's watch saw nobody's task too. */
+	bool theirs = false;
+	while (!theirs) {
+		Response *r = rc_watch_next(rootw, 60);
+		if (r->watch->task != NULL && r->watch->task->uid == 65534)
+			theirs = true;
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+	for (int i = 0; i < 2; i++) {
+		close(ready[i]);
+		close(go[i]);
+	}
+	rc_cancel_ok(fd, mine);
+	close(rootw);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
 static Suite *rokd_suite(void)
 {
 	const struct test_case cases[] = {
@@ -2118,6 +2510,10 @@ static Suite *rokd_suite(void)
 		{ "per_user_caps", per_user_caps },
 		{ "sighup_reload", sighup_reload },
 		{ "race_duplicates", race_duplicates },
+		{ "watch_ids", watch_ids },
+		{ "watch_every_end_once", watch_every_end_once },
+		{ "watch_lagging_reader", watch_lagging_reader },
+		{ "watch_own_tasks_only", watch_own_tasks_only },
 		{ "when_checks", when_checks },
 		{ "task_quotas", task_quotas },
 		{ "per_user_retention", per_user_retention },

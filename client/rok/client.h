@@ -282,6 +282,7 @@ enum rok_reply_type {
 	ROK_REPLY_LOGS,
 	ROK_REPLY_PRUNE,
 	ROK_REPLY_GROUP,
+	ROK_REPLY_WATCH,
 };
 
 /* A piece of a task's output (rok.v1.LogChunk). */
@@ -308,6 +309,10 @@ typedef struct rok_log_chunk {
  *   HELLO   server
  *   LOGS    chunks (output, in the order the task wrote it); end: the
  *           last reply of the stream, with tasks[0] the task as it is then
+ *   WATCH   one event: id moved to state at time_us (snapshot: part of a
+ *           snapshot); in an end state tasks[0] is the finished task.
+ *           Markers (id 0): snapshot_done, lagged (N events dropped, a
+ *           fresh snapshot follows), end (the last reply of the stream)
  * error.code != 0 means the daemon refused the request (the body may then
  * be absent).  Everything pointed to belongs to the reply.
  */
@@ -333,6 +338,11 @@ typedef struct rok_reply {
 	uint64_t pruned;           /* PRUNE: tasks deleted */
 	size_t n_groups;           /* GROUP, STATS */
 	const rok_group *groups;
+	int state;                 /* WATCH: the task's new state */
+	uint64_t time_us;          /* WATCH: when it changed (wall clock) */
+	bool snapshot;             /* WATCH: part of a snapshot */
+	bool snapshot_done;        /* WATCH: the snapshot is complete */
+	uint64_t lagged;           /* WATCH: events dropped (we lagged) */
 } rok_reply;
 
 /* Frees a reply and everything in it.  NULL is fine. */
@@ -483,6 +493,24 @@ int rok_client_ping(rok_client *c, const void *payload, size_t n);
  */
 int rok_client_send_logs(rok_client *c, uint64_t task_id, bool follow,
 			 uint64_t *req_id);
+
+/*
+ * Task events, as a stream (rok.v1.WatchRequest): the tasks `ids` (n of
+ * them), else those of `group` (NULL or "": no group filter), else all the
+ * caller's; `states` (n_states of them, enum rok_state; 0: all) keeps only
+ * events into those states.  Then call rok_client_wait(c, req_id, &r)
+ * again and again: first a snapshot (r->snapshot set on each, then one
+ * reply with r->snapshot_done), then one reply per change as it happens.
+ * A reply with r->lagged > 0 says that many events were dropped because we
+ * read too slowly; a fresh snapshot follows.  With ids, a reply with
+ * r->end ends the stream once every id has ended; without, it lasts until
+ * the connection closes (or the daemon stops: end).  A typed error ends it
+ * too.  Set the client timeout to 0 to wait that long.  The whole stream
+ * counts as one request in flight.
+ */
+int rok_client_send_watch(rok_client *c, const uint64_t *ids, size_t n,
+			  const char *group, const int *states,
+			  size_t n_states, uint64_t *req_id);
 
 /* ---- pipelining ------------------------------------------------------- */
 

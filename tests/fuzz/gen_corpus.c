@@ -195,6 +195,29 @@ static void gen_logs(uint64_t id, int follow)
 	gen_frame(&rq);
 }
 
+/* A watch of ids (n of them; 0: all), in a group (NULL: none), of one
+ * state (0: all; any int, valid or not). */
+static void gen_watch(uint64_t *ids, size_t n, const char *group, int state)
+{
+	Rok__V1__Request rq = ROK__V1__REQUEST__INIT;
+	Rok__V1__WatchRequest w = ROK__V1__WATCH_REQUEST__INIT;
+	Rok__V1__TaskState st = (Rok__V1__TaskState)state;
+
+	w.ids = ids;
+	w.n_ids = n;
+	if (group != NULL) {
+		w.group.data = (uint8_t *)(uintptr_t)group;
+		w.group.len = strlen(group);
+	}
+	if (state != 0) {
+		w.states = &st;
+		w.n_states = 1;
+	}
+	rq.body_case = ROK__V1__REQUEST__BODY_WATCH;
+	rq.watch = &w;
+	gen_frame(&rq);
+}
+
 static void gen_prune(uint64_t older_ms, uint64_t keep, int keep_set)
 {
 	Rok__V1__Request rq = ROK__V1__REQUEST__INIT;
@@ -436,6 +459,20 @@ static void gen_lookups(void)
 	}
 	gen_prune(0, 0, 0);
 	gen_emit("prune_default");
+	/* watch: streams that stay open (all, a group) or end (ids). */
+	for (int st = 0; st <= 9; st++) {
+		gen_watch(NULL, 0, NULL, st == 9 ? INT32_MAX : st);
+		gen_emit("watch_state_%d", st);
+	}
+	gen_watch(NULL, 0, "default", 0);
+	gen_emit("watch_group_default");
+	gen_watch(NULL, 0, "other", 0);
+	gen_emit("watch_group_other");
+	for (size_t i = 0; i < GEN_NEDGE; i++) {
+		gen_spawn1("noop", NULL, 0, 0, 0);
+		gen_watch((uint64_t *)(uintptr_t)&gen_edge_u64[i], 1, NULL, 0);
+		gen_emit("watch_id_%zu", i);
+	}
 }
 
 static void gen_misc(void)

@@ -24,7 +24,7 @@ except ImportError as e:  # pragma: no cover (an uninstalled source tree)
         "./bindings/python) rather than importing the source tree") from e
 from ._errors import ConnectionError, Error, InvalidArgument, error_from_code
 from ._types import (Group, Result, Seconds, ServerInfo, Spec, State,
-                     StrOrBytes)
+                     StrOrBytes, WatchEvent)
 
 #: The protocol version this binding speaks (``Hello.protocol_version``).
 PROTOCOL_VERSION = 1
@@ -462,6 +462,44 @@ def logs(tid: int, follow: bool) -> "pb.Request":
     req.logs.task_id = tid
     req.logs.follow = follow
     return req
+
+
+_STATE_NUMBERS = {v: k for k, v in _STATES.items()}
+
+
+def watch(ids: Optional[Iterable[object]], group: Optional[StrOrBytes],
+          states: Optional[Iterable[object]]) -> "pb.Request":
+    req = pb.Request()
+    req.watch.SetInParent()
+    if ids is not None:
+        req.watch.ids.extend(task_ids(ids))
+        if group is not None:
+            raise ValueError("watch: ids and group do not go together")
+    if group is not None:
+        req.watch.group = group.encode() if isinstance(group, str) else group
+    for s in states or ():
+        try:
+            st = State(s)
+        except ValueError:
+            raise ValueError(f"watch: unknown state {s!r}") from None
+        if st == State.UNSPECIFIED:
+            raise ValueError("watch: unknown state 'unspecified'")
+        req.watch.states.append(_STATE_NUMBERS[st])
+    return req
+
+
+def watch_event(reply: "pb.WatchEvent") -> WatchEvent:
+    """A :class:`rok.WatchEvent` from an event that is not the end."""
+    if reply.snapshot_done:
+        return WatchEvent("snapshot_done")
+    if reply.lagged:
+        return WatchEvent("lagged", dropped=reply.lagged)
+    return WatchEvent(
+        "state", reply.id, _STATES.get(reply.state, State.UNSPECIFIED),
+        reply.time_us / 1e6 if reply.time_us else None, reply.snapshot,
+        result(reply.task) if reply.HasField("task") and not (
+            reply.task.HasField("error") and reply.task.error.code != pb.OK)
+        else None)
 
 
 def prune(older_than: Optional[Seconds], keep: Optional[int]) -> "pb.Request":

@@ -191,6 +191,27 @@ class Group:
 
 
 @dataclass(frozen=True)
+class WatchEvent:
+    """One event of ``client.watch()`` (``rok.v1.WatchEvent``).
+
+    ``kind`` is ``"state"`` (task ``id`` moved to ``state`` at ``time``,
+    seconds since the Unix epoch; ``snapshot`` when it is part of the
+    snapshot sent first, not a change), ``"snapshot_done"`` (the snapshot
+    is complete) or ``"lagged"`` (we read too slowly: ``dropped`` events
+    were lost and a fresh snapshot follows).  In an end state, ``result``
+    is the finished task.
+    """
+
+    kind: str
+    id: int = 0
+    state: Optional[State] = None
+    time: Optional[float] = None
+    snapshot: bool = False
+    result: Optional[Result] = None
+    dropped: int = 0
+
+
+@dataclass(frozen=True)
 class ServerInfo:
     """What the daemon said when the connection opened (``HelloReply``)."""
 

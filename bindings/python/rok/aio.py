@@ -37,7 +37,7 @@ from ._errors import (Cancelled, ConnectionError, Error, Internal,
                       InvalidArgument, NotFound, PermissionDenied,
                       ResourceExhausted, TaskFailed, TimedOut, Unavailable)
 from ._types import (STDERR, STDOUT, Group, LogChunk, Result, Seconds,
-                     ServerInfo, Spec, State, StrOrBytes)
+                     ServerInfo, Spec, State, StrOrBytes, WatchEvent)
 from .client import _SOFTWARE, _spec
 
 # The data types and errors are rok's own, re-exported so that rok.aio
@@ -338,6 +338,60 @@ class Task:
         return self._client.logs(self, follow=follow)
 
 
+class WatchStream:
+    """An async iterator of :class:`rok.WatchEvent` (see
+    :meth:`rok.Client.watch`).  The request is sent when iteration starts;
+    ``await stream.aclose()`` (or ``async with``) stops early."""
+
+    def __init__(self, conn: _Conn, req: "pb.Request") -> None:
+        self._conn = conn
+        self._req: Optional["pb.Request"] = req
+        self._rid: Optional[int] = None
+        self._queue: Optional["asyncio.Queue[Any]"] = None
+        self._done = False
+
+    def __aiter__(self) -> "WatchStream":
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        if self._done:
+            raise StopAsyncIteration
+        if self._queue is None:
+            assert self._req is not None
+            self._rid, self._queue = await self._conn.open_stream(self._req)
+            self._req = None
+        try:
+            item = await self._queue.get()
+            if isinstance(item, BaseException):
+                raise ConnectionError(str(item))
+            reply = P.body(item, "watch")
+            if reply.end:
+                await self.aclose()
+                raise StopAsyncIteration
+            return P.watch_event(reply)
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Stops reading the stream (idempotent)."""
+        self._done = True
+        if self._rid is not None:
+            self._conn.abandon_stream(self._rid)
+            self._rid = None
+
+    async def __aenter__(self) -> "WatchStream":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        if self._rid is not None:
+            self._conn.abandon_stream(self._rid)
+            self._rid = None
+
+
 class LogStream:
     """An async iterator of ``(stream, data)`` chunks of a task's output
     (stream 1: stdout, 2: stderr).  Once exhausted, :attr:`result` is the
@@ -514,6 +568,13 @@ class Client:
         """The captured output of ``task``: ``async for stream, data in
         client.logs(task, follow=True):``."""
         return LogStream(self._conn, P.logs(P.task_id(task), follow))
+
+    def watch(self, ids: Optional[Iterable[object]] = None,
+              group: Optional[StrOrBytes] = None,
+              states: Optional[Iterable[object]] = None) -> WatchStream:
+        """Task events as they happen: ``async for ev in
+        client.watch(ids):`` (see :meth:`rok.Client.watch`)."""
+        return WatchStream(self._conn, P.watch(ids, group, states))
 
     def task(self, task_id: int) -> Task:
         """A :class:`Task` for an id."""

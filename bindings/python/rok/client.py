@@ -15,8 +15,8 @@ nothing hangs on a dead daemon.  Connect again to go on; tasks the daemon
 accepted keep running.
 
 The daemon bounds the requests one connection may have pending
-(``client.server.max_in_flight``; a log stream counts until it ends);
-past that it answers :class:`rok.ResourceExhausted`.
+(``client.server.max_in_flight``; a log or watch stream counts until it
+ends); past that it answers :class:`rok.ResourceExhausted`.
 """
 
 import collections
@@ -30,7 +30,7 @@ from . import _protocol as P
 from . import rok_pb2 as pb
 from ._errors import ConnectionError, Error
 from ._types import (Group, LogChunk, Result, Seconds, ServerInfo,
-                     StrOrBytes)
+                     StrOrBytes, WatchEvent)
 
 __version__ = "0.1.0"
 _SOFTWARE = f"rok-python {__version__}"
@@ -265,6 +265,50 @@ class LogStream:
         self.close()
 
 
+class WatchStream:
+    """An iterator of :class:`rok.WatchEvent`: first a snapshot (events
+    with ``snapshot`` set, then one ``"snapshot_done"``), then each state
+    change as rokd pushes it.  Watching ids, it ends once all have ended;
+    otherwise it lasts until closed (``close()``, ``with``, or dropping
+    it: the rest of the stream is then dropped as it arrives) or until the
+    daemon stops."""
+
+    def __init__(self, conn: _Conn, rid: int) -> None:
+        self._conn = conn
+        self._rid: Optional[int] = rid
+
+    def __iter__(self) -> "WatchStream":
+        return self
+
+    def __next__(self) -> WatchEvent:
+        if self._rid is None:
+            raise StopIteration
+        try:
+            reply = P.body(self._conn.recv(self._rid), "watch")
+            if reply.end:
+                self.close()
+                raise StopIteration
+            return P.watch_event(reply)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stops reading the stream (idempotent)."""
+        if self._rid is not None:
+            self._conn.forget(self._rid)
+            self._rid = None
+
+    def __enter__(self) -> "WatchStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
 class Client:
     """A connection to rokd (see :func:`rok.connect`).  A context manager:
     ``with rok.connect() as client: ...`` closes it at the end.  Closing
@@ -423,6 +467,17 @@ class Client:
         """The captured output of ``task`` (see :meth:`Task.logs`)."""
         rid = self._conn.send(P.logs(P.task_id(task), follow))
         return LogStream(self._conn, rid)
+
+    def watch(self, ids: Optional[Iterable[object]] = None,
+              group: Optional[StrOrBytes] = None,
+              states: Optional[Iterable[object]] = None) -> WatchStream:
+        """Task events as they happen, as a :class:`WatchStream` of
+        :class:`rok.WatchEvent`: of the tasks ``ids`` (tasks or ids; the
+        stream ends once all have ended), else of ``group``, else of all
+        your tasks; ``states`` (names or :class:`rok.State`) keeps only
+        changes into those.  One request in flight while it lasts."""
+        rid = self._conn.send(P.watch(ids, group, states))
+        return WatchStream(self._conn, rid)
 
     def task(self, task_id: int) -> Task:
         """A :class:`Task` for an id (from rokctl, another client, ...)."""

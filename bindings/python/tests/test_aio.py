@@ -210,3 +210,29 @@ def test_daemon_dies_mid_call(make_rokd):
 def test_connect_to_nothing(tmp_path):
     with pytest.raises(rok.ConnectionError):
         run(rok.aio.connect(str(tmp_path / "none.sock")))
+
+
+def test_watch_async(rokd):
+    async def main():
+        async with rok.aio.connect(rokd.socket) as c:
+            a = await c.spawn(kind="noop")
+            b = await c.spawn(kind="sleep", args=["100ms"])
+            ends = []
+            async for ev in c.watch([a, b]):
+                if ev.kind == "state" and ev.state.finished:
+                    ends.append(ev.id)
+                    assert ev.result is not None and ev.result.ok
+            assert sorted(ends) == [a.id, b.id]
+            # All of ours: the snapshot, then a change pushed to us.
+            w = c.watch()
+            ev = await w.__anext__()
+            while ev.kind != "snapshot_done":
+                ev = await w.__anext__()
+            t = await c.spawn(kind="noop")
+            while not (ev.id == t.id and ev.kind == "state" and
+                       ev.state.finished):
+                ev = await w.__anext__()
+            await w.aclose()
+            assert await c.ping() >= 0
+
+    asyncio.run(main())

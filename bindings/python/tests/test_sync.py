@@ -455,3 +455,43 @@ def test_fake_daemon_hangs_up_or_misbehaves(fake_daemon):
     f = fake_daemon(lambda req: None, hello_version=2)
     with pytest.raises(rok.ConnectionError, match="version 2"):
         rok.connect(f.socket)
+
+
+def test_watch_ids_ends_when_all_have_ended(client):
+    a = client.spawn(kind="noop")
+    a.join()
+    b = client.spawn(kind="sleep", args=["200ms"])
+    events = list(client.watch([a, b.id]))
+    kinds = [e.kind for e in events]
+    assert kinds.count("snapshot_done") == 1
+    ends = [e for e in events if e.kind == "state" and e.state.finished]
+    assert sorted(e.id for e in ends) == [a.id, b.id]   # each once
+    assert all(e.result is not None and e.result.ok for e in ends)
+    first = next(e for e in events if e.id == a.id)
+    assert first.snapshot and first.state == "succeeded"
+    assert client.ping() >= 0                # the stream is over
+
+
+def test_watch_all_then_changes(client):
+    with client.watch(states=["succeeded"]) as w:
+        ev = next(w)
+        while ev.kind != "snapshot_done":
+            assert ev.snapshot and ev.state == "succeeded"
+            ev = next(w)
+        t = client.spawn(kind="noop")
+        ev = next(w)                          # pushed, never polled
+        assert (ev.kind, ev.id, ev.state) == ("state", t.id, "succeeded")
+        assert ev.result is not None and ev.result.id == t.id
+        assert not ev.snapshot and ev.time is not None
+    assert client.ping() >= 0                # closed early: goes on
+
+
+def test_watch_bad_arguments(client):
+    with pytest.raises(rok.NotFound):
+        next(client.watch([999999]))
+    with pytest.raises(ValueError):
+        client.watch(states=["sleeping"])
+    with pytest.raises(ValueError):
+        client.watch([1], group="default")
+    with client.watch(group="no such group") as w:
+        assert next(w).kind == "snapshot_done"

@@ -1,34 +1,51 @@
 /*
  * rokctl-stats.c — `rokctl stats`: the daemon's counters (workers, tasks
  * by state, scheduler counters), one "name value" line each, or one JSON
- * object with --json.
+ * object with --json, or with --prometheus the Prometheus text format
+ * (the library formats it, as rokd does for metrics_listen).
  */
 #include "rokctl.h"
 
 static const struct rokctl_opt stats_opts[] = {
+	{ KEY_PROMETHEUS, 0, "prometheus", NULL,
+	  "print every metric in the Prometheus text format" },
 	{ KEY_NONE, 0, NULL, NULL, NULL }
 };
 
 static int stats_exec(struct rokctl *ctx, const struct rokctl_args *a)
 {
-	rok_daemon_stats s;
+	rok_reply *r;
+	uint64_t rid;
 	int rc;
 
-	(void)a;
+	if (a->seen[KEY_PROMETHEUS] && ctx->json)
+		return rokctl_usage(ctx, "--prometheus and --json exclude each "
+				    "other");
 	rc = rokctl_connect(ctx);
 	if (rc != ROKCTL_EXIT_OK)
 		return rc;
-	rc = rok_client_stats(ctx->client, &s);
+	rc = rok_client_send_stats(ctx->client, &rid);
+	if (rc == 0)
+		rc = rok_client_wait(ctx->client, rid, &r);
 	if (rc != 0)
 		return rokctl_fail(ctx, rc);
-	print_stats(ctx, &s);
+	if (r->type != ROK_REPLY_STATS) {
+		rok_reply_free(r);
+		return rokctl_err(ctx, ROKCTL_EXIT_UNREACHABLE, "the daemon "
+				  "answered with the wrong kind of reply");
+	}
+	if (a->seen[KEY_PROMETHEUS])
+		fwrite(r->prometheus.data, 1, r->prometheus.len, stdout);
+	else
+		print_stats(ctx, &r->stats);
+	rok_reply_free(r);
 	return ROKCTL_EXIT_OK;
 }
 
 const struct rokctl_cmd rokctl_cmd_stats = {
 	.name = "stats",
 	.operands = "",
-	.synopsis = "",
+	.synopsis = "[--prometheus]",
 	.summary = "Show the daemon's counters",
 	.opts = stats_opts,
 	.min_args = 0,

@@ -234,6 +234,7 @@ static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
 static void tasktab_insert(struct rtask *r)
 {
 	tab.counts[RT_QUEUED]++;
+	metrics_task_state(RT_QUEUED);
 	if (tab.count >= tab.nbuckets)
 		tasktab_grow();
 	size_t b = tasktab_bucket(r->id);
@@ -357,6 +358,7 @@ static void tasktab_set_state(struct rtask *r, int state)
 	tab.counts[r->state]--;
 	tab.counts[state]++;
 	r->state = state;
+	metrics_task_state(state);
 }
 
 int tasktab_start(struct rtask *r, const TaskSpec *spec,
@@ -417,10 +419,13 @@ void tasktab_running(struct rtask *r)
 		tasktab_set_state(r, RT_RUNNING);
 		r->started_us = tasktab_now_us();
 	}
-	uint64_t id = r->id, us = r->started_us;
+	uint64_t id = r->id, us = r->started_us, spawned = r->spawned_us;
 	pthread_mutex_unlock(&tab.lock);
-	if (started)
+	if (started) {
 		journal_started(id, us);
+		metrics_observe(METRICS_SPAWN_START,
+		                (int64_t)us - (int64_t)spawned);
+	}
 }
 
 void tasktab_finish(struct rtask *r, struct rt_outcome *o)
@@ -474,6 +479,9 @@ void tasktab_finish(struct rtask *r, struct rt_outcome *o)
 		 * its poll ended: the next start has no group to look for. */
 		journal_exec_gone(jf.id);
 	pthread_mutex_unlock(&tab.lock);
+	if (jf.started_us != 0)
+		metrics_observe(METRICS_RUN_TIME, (int64_t)jf.finished_us -
+		                                  (int64_t)jf.started_us);
 	/*
 	 * Dropped after unlocking: the poll that calls this still holds the
 	 * runtime's own reference, so this never frees the running task.

@@ -1,0 +1,176 @@
+/*
+ * promtext.c — a StatsReply in the Prometheus text exposition format
+ * (version 0.0.4).  The one formatter of rok's metrics: rokd serves its
+ * output on /metrics (daemon/metrics-http.c) and librokclient hands it to
+ * `rokctl stats --prometheus` (client/reply.c), so both print the same
+ * names, labels and help for the same numbers.
+ *
+ * Library code (linked into rokd and librokclient): no logging, no global
+ * state, any thread.  Everything comes from the reply; a field an older
+ * daemon did not send is printed as 0, a histogram it did not send is left
+ * out.
+ *
+ * Names follow Prometheus's conventions: counters end in _total, times are
+ * in seconds (the histograms are kept in microseconds and printed as exact
+ * decimals), every family has HELP and TYPE.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "promtext.h"
+
+/* Label values of TaskState numbers (rokctl's --json names). */
+static const char *const promtext_states[] = {
+	NULL, "queued", "running", "succeeded", "failed", "cancelled",
+	"timed_out", "interrupted",
+};
+#define PROMTEXT_NSTATES (sizeof(promtext_states) / sizeof(promtext_states[0]))
+
+/*
+ * The groups the per-group series are labelled with.  Until StatsReply
+ * carries the scheduler's groups (field 18), every task is in group
+ * "default", queued at priority "normal": this function is the one place
+ * to change when it does (one entry per group, queued per priority).
+ */
+struct promtext_group {
+	const char *name;
+	uint64_t running;
+	uint64_t queued;            /* priority "normal" */
+};
+
+static size_t promtext_groups(const Rok__V1__StatsReply *s,
+                              struct promtext_group *g, size_t max)
+{
+	if (max == 0)
+		return 0;
+	g[0] = (struct promtext_group){ "default", s->running, s->queued };
+	return 1;
+}
+#define PROMTEXT_MAX_GROUPS 1
+
+static void promtext_head(FILE *f, const char *name, const char *type,
+                          const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void promtext_one(FILE *f, const char *name, const char *type,
+                         const char *help, uint64_t v)
+{
+	promtext_head(f, name, type, help);
+	fprintf(f, "%s %" PRIu64 "\n", name, v);
+}
+
+/* Microseconds as exact decimal seconds: 2500 -> "0.0025". */
+static void promtext_seconds(FILE *f, uint64_t us)
+{
+	char frac[8];
+	int n = snprintf(frac, sizeof(frac), "%06" PRIu64, us % 1000000);
+
+	while (n > 0 && frac[n - 1] == '0')
+		frac[--n] = '\0';
+	fprintf(f, "%" PRIu64 "%s%s", us / 1000000, n > 0 ? "." : "", frac);
+}
+
+static void promtext_hist(FILE *f, const char *name, const char *help,
+                          const Rok__V1__Histogram *h)
+{
+	uint64_t cum = 0;
+
+	if (h == NULL)
+		return;
+	promtext_head(f, name, "histogram", help);
+	/* counts holds one more than bounds (the overflow); a reply that
+	 * does not is printed as far as both go. */
+	for (size_t i = 0; i < h->n_bounds_us && i < h->n_counts; i++) {
+		cum += h->counts[i];
+		fprintf(f, "%s_bucket{le=\"", name);
+		promtext_seconds(f, h->bounds_us[i]);
+		fprintf(f, "\"} %" PRIu64 "\n", cum);
+	}
+	for (size_t i = h->n_bounds_us; i < h->n_counts; i++)
+		cum += h->counts[i];
+	fprintf(f, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n%s_sum ", name, cum,
+	        name);
+	promtext_seconds(f, h->sum_us);
+	fprintf(f, "\n%s_count %" PRIu64 "\n", name, cum);
+}
+
+static void promtext_write(FILE *f, const Rok__V1__StatsReply *s)
+{
+	struct promtext_group g[PROMTEXT_MAX_GROUPS];
+	size_t ng = promtext_groups(s, g, PROMTEXT_MAX_GROUPS);
+
+	promtext_head(f, "rok_tasks_total", "counter", "Tasks that entered "
+	              "each state since rokd started (queued: created; "
+	              "running: runs started).");
+	for (size_t st = 1; st < PROMTEXT_NSTATES; st++)
+		fprintf(f, "rok_tasks_total{state=\"%s\",group=\"%s\"} %" PRIu64
+		        "\n", promtext_states[st], g[0].name,
+		        st < s->n_tasks_total ? s->tasks_total[st] : 0);
+	promtext_head(f, "rok_queued", "gauge", "Tasks queued (accepted, "
+	              "not started).");
+	for (size_t i = 0; i < ng; i++)
+		fprintf(f, "rok_queued{group=\"%s\",priority=\"normal\"} %"
+		        PRIu64 "\n", g[i].name, g[i].queued);
+	promtext_head(f, "rok_running", "gauge", "Tasks running.");
+	for (size_t i = 0; i < ng; i++)
+		fprintf(f, "rok_running{group=\"%s\"} %" PRIu64 "\n", g[i].name,
+		        g[i].running);
+	promtext_hist(f, "rok_spawn_to_start_seconds", "Time from a spawn's "
+	              "acceptance to the start of its run.", s->spawn_to_start);
+	promtext_hist(f, "rok_task_run_seconds", "Time from a run's start "
+	              "to the task's end.", s->run_time);
+	promtext_hist(f, "rok_journal_commit_seconds", "Time of one journal "
+	              "transaction (a group commit, fsync included).",
+	              s->journal_commit);
+	promtext_one(f, "rok_output_bytes_total", "counter", "Bytes of exec "
+	             "task output stored.", s->output_bytes);
+	promtext_one(f, "rok_connections", "gauge", "Client connections "
+	             "open.", s->connections);
+	promtext_one(f, "rok_workers", "gauge", "Runtime worker threads.",
+	             s->workers);
+	promtext_one(f, "rok_blocking_threads", "gauge", "Threads of the "
+	             "blocking pool.", s->blocking_threads);
+	promtext_one(f, "rok_injector_depth", "gauge", "Runtime tasks waiting "
+	             "in the global injector queue.", s->injector_depth);
+	promtext_one(f, "rok_wake_registrations", "gauge", "Wake "
+	             "registrations held by waiting runtime tasks.",
+	             s->registrations > 0 ? (uint64_t)s->registrations : 0);
+	promtext_one(f, "rok_polls_total", "counter", "Runtime task polls.",
+	             s->polls);
+	promtext_one(f, "rok_steals_total", "counter", "Runtime tasks stolen "
+	             "by an idle worker.", s->steals);
+	promtext_one(f, "rok_parks_total", "counter", "Times a worker went "
+	             "to sleep.", s->parks);
+	promtext_one(f, "rok_handoffs_total", "counter", "Helper workers "
+	             "started for stuck ones.", s->handoffs);
+	promtext_head(f, "rok_uptime_seconds", "gauge", "Time since rokd "
+	              "started serving.");
+	fprintf(f, "rok_uptime_seconds ");
+	promtext_seconds(f, s->uptime_ms * 1000);
+	fputc('\n', f);
+}
+
+int promtext_format(const Rok__V1__StatsReply *s, char **out, size_t *len)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&buf, &n);
+
+	*out = NULL;
+	*len = 0;
+	if (f == NULL)
+		return -errno;
+	promtext_write(f, s);
+	int bad = ferror(f);
+	if (fclose(f) != 0 || bad) {
+		free(buf);
+		return -ENOMEM;
+	}
+	*out = buf;
+	*len = n;
+	return 0;
+}

@@ -41,7 +41,7 @@ enum rokctl_key {
 	KEY_CLEAN_ENV, KEY_CWD, KEY_STDIN, KEY_RETRY, KEY_KILL_GRACE,
 	KEY_CANCEL_REST, KEY_FOLLOW, KEY_STATE, KEY_AFTER, KEY_LIMIT,
 	KEY_OLDER_THAN, KEY_KEEP,
-	KEY_PROMETHEUS,
+	KEY_PROMETHEUS, KEY_INTERVAL,
 	KEY__COUNT
 };
 
@@ -147,6 +147,6 @@ void print_stats(struct rokctl *ctx, const rok_daemon_stats *s);
 extern const struct rokctl_cmd rokctl_cmd_spawn, rokctl_cmd_join,
 	rokctl_cmd_race, rokctl_cmd_cancel, rokctl_cmd_status,
 	rokctl_cmd_list, rokctl_cmd_logs, rokctl_cmd_stats,
-	rokctl_cmd_ping, rokctl_cmd_prune, rokctl_cmd_help;
+	rokctl_cmd_ping, rokctl_cmd_prune, rokctl_cmd_top, rokctl_cmd_help;
 
 #endif /* ROK_ROKCTL_H */

@@ -70,6 +70,26 @@ static int metrics_http_split(const char *spec, char *host, size_t hlen,
 	return 0;
 }
 
+/* Logs the URL with the port bound (port 0 in rokd.conf: any free one,
+ * which is how the tests find theirs). */
+static void metrics_http_log_address(void)
+{
+	struct sockaddr_storage sa;
+	socklen_t sl = sizeof(sa);
+	char host[NI_MAXHOST], port[NI_MAXSERV];
+	bool v6;
+
+	if (getsockname(mh.fd, (struct sockaddr *)&sa, &sl) != 0 ||
+	    getnameinfo((struct sockaddr *)&sa, sl, host, sizeof(host), port,
+	                sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+		log_info("serving metrics on %s", config.metrics_listen);
+		return;
+	}
+	v6 = sa.ss_family == AF_INET6;
+	log_info("serving metrics on http://%s%s%s:%s/metrics", v6 ? "[" : "",
+	         host, v6 ? "]" : "", port);
+}
+
 int metrics_http_open(char *err, size_t len)
 {
 	const char *spec = config.metrics_listen;
@@ -120,8 +140,27 @@ int metrics_http_open(char *err, size_t len)
 		         spec, strerror(e != 0 ? e : EADDRNOTAVAIL));
 		return -1;
 	}
-	log_info("serving metrics on http://%s/metrics", spec);
+	metrics_http_log_address();
 	return 0;
+}
+
+/* A short plain-text answer (evhttp_send_error would drop our headers). */
+static void metrics_http_plain(struct evhttp_request *req, int code,
+                               const char *reason)
+{
+	struct evkeyvalq *hdr = evhttp_request_get_output_headers(req);
+	struct evbuffer *body = evbuffer_new();
+
+	if (body == NULL || evbuffer_add_printf(body, "%d %s\n", code,
+	                                        reason) < 0) {
+		if (body != NULL)
+			evbuffer_free(body);
+		evhttp_send_error(req, code, reason);
+		return;
+	}
+	evhttp_add_header(hdr, "Content-Type", "text/plain; charset=utf-8");
+	evhttp_send_reply(req, code, reason, body);
+	evbuffer_free(body);
 }
 
 static void metrics_http_cb(struct evhttp_request *req, void *arg)
@@ -137,31 +176,37 @@ static void metrics_http_cb(struct evhttp_request *req, void *arg)
 
 	(void)arg;
 	if (path == NULL || strcmp(path, "/metrics") != 0) {
-		evhttp_send_error(req, HTTP_NOTFOUND, NULL);
+		metrics_http_plain(req, HTTP_NOTFOUND, "Not Found");
 		return;
 	}
 	if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
 		evhttp_add_header(hdr, "Allow", "GET, HEAD");
-		evhttp_send_error(req, HTTP_BADMETHOD, NULL);
+		metrics_http_plain(req, HTTP_BADMETHOD, "Method Not Allowed");
 		return;
 	}
 	metrics_reply_fill(&m);
 	if (promtext_format(&m.sr, &text, &len) < 0 ||
 	    (body = evbuffer_new()) == NULL) {
 		free(text);
-		evhttp_send_error(req, HTTP_INTERNAL, "out of memory");
+		metrics_http_plain(req, HTTP_INTERNAL, "Out of Memory");
 		return;
 	}
-	int rc = evbuffer_add(body, text, len);
+	/* HEAD: the length of the body GET would get, and no body (evhttp
+	 * 2.1 would send one). */
+	char clen[24];
+	snprintf(clen, sizeof(clen), "%zu", len);
+	int rc = cmd == EVHTTP_REQ_HEAD ? 0 : evbuffer_add(body, text, len);
 	free(text);
 	if (rc != 0) {
 		evbuffer_free(body);
-		evhttp_send_error(req, HTTP_INTERNAL, "out of memory");
+		metrics_http_plain(req, HTTP_INTERNAL, "Out of Memory");
 		return;
 	}
 	evhttp_add_header(hdr, "Content-Type",
 	                  "text/plain; version=0.0.4; charset=utf-8");
 	evhttp_add_header(hdr, "Cache-Control", "no-store");
+	if (cmd == EVHTTP_REQ_HEAD)
+		evhttp_add_header(hdr, "Content-Length", clen);
 	evhttp_send_reply(req, HTTP_OK, "OK", body);
 	evbuffer_free(body);
 }

@@ -512,7 +512,7 @@ class Client:
         """A :class:`Task` for an id."""
         return Task(self, P.task_id(task_id))
 
-    async def stats(self) -> Dict[str, int]:
+    async def stats(self) -> Dict[str, Any]:
         """As :meth:`rok.Client.stats`."""
         return P.stats_dict(await self._conn.call(P.stats(), "stats"))
 

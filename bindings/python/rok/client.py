@@ -23,8 +23,8 @@ import collections
 import socket as _socket
 import threading
 import time
-from typing import (Deque, Dict, Iterable, Iterator, List, Mapping, Optional,
-                    Sequence, Tuple)
+from typing import (Any, Deque, Dict, Iterable, Iterator, List, Mapping,
+                    Optional, Sequence, Tuple)
 
 from . import _protocol as P
 from . import rok_pb2 as pb
@@ -410,7 +410,7 @@ class Client:
 
     # -- the daemon --
 
-    def stats(self) -> Dict[str, int]:
+    def stats(self) -> Dict[str, Any]:
         """The daemon's counters (``rok.v1.StatsReply``) by field name."""
         return P.stats_dict(self._conn.call(P.stats(), "stats"))
 

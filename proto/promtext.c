@@ -56,13 +56,6 @@ static void promtext_head(FILE *f, const char *name, const char *type,
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void promtext_one(FILE *f, const char *name, const char *type,
-                         const char *help, uint64_t v)
-{
-	promtext_head(f, name, type, help);
-	fprintf(f, "%s %" PRIu64 "\n", name, v);
-}
-
 /* Microseconds as exact decimal seconds: 2500 -> "0.0025". */
 static void promtext_seconds(FILE *f, uint64_t us)
 {
@@ -126,27 +119,36 @@ static void promtext_write(FILE *f, const Rok__V1__StatsReply *s)
 	promtext_hist(f, "rok_journal_commit_seconds", "Time of one journal "
 	              "transaction (a group commit, fsync included).",
 	              s->journal_commit);
-	promtext_one(f, "rok_output_bytes_total", "counter", "Bytes of exec "
-	             "task output stored.", s->output_bytes);
-	promtext_one(f, "rok_connections", "gauge", "Client connections "
-	             "open.", s->connections);
-	promtext_one(f, "rok_workers", "gauge", "Runtime worker threads.",
-	             s->workers);
-	promtext_one(f, "rok_blocking_threads", "gauge", "Threads of the "
-	             "blocking pool.", s->blocking_threads);
-	promtext_one(f, "rok_injector_depth", "gauge", "Runtime tasks waiting "
-	             "in the global injector queue.", s->injector_depth);
-	promtext_one(f, "rok_wake_registrations", "gauge", "Wake "
-	             "registrations held by waiting runtime tasks.",
-	             s->registrations > 0 ? (uint64_t)s->registrations : 0);
-	promtext_one(f, "rok_polls_total", "counter", "Runtime task polls.",
-	             s->polls);
-	promtext_one(f, "rok_steals_total", "counter", "Runtime tasks stolen "
-	             "by an idle worker.", s->steals);
-	promtext_one(f, "rok_parks_total", "counter", "Times a worker went "
-	             "to sleep.", s->parks);
-	promtext_one(f, "rok_handoffs_total", "counter", "Helper workers "
-	             "started for stuck ones.", s->handoffs);
+	const struct {
+		const char *name, *type, *help;
+		uint64_t v;
+	} one[] = {
+		{ "rok_output_bytes_total", "counter",
+		  "Bytes of exec task output stored.", s->output_bytes },
+		{ "rok_connections", "gauge", "Client connections open.",
+		  s->connections },
+		{ "rok_workers", "gauge", "Runtime worker threads.",
+		  s->workers },
+		{ "rok_blocking_threads", "gauge",
+		  "Threads of the blocking pool.", s->blocking_threads },
+		{ "rok_injector_depth", "gauge", "Runtime tasks waiting in "
+		  "the global injector queue.", s->injector_depth },
+		{ "rok_wake_registrations", "gauge", "Wake registrations held "
+		  "by waiting runtime tasks.", s->registrations > 0
+		  ? (uint64_t)s->registrations : 0 },
+		{ "rok_polls_total", "counter", "Runtime task polls.",
+		  s->polls },
+		{ "rok_steals_total", "counter", "Runtime tasks stolen by an "
+		  "idle worker.", s->steals },
+		{ "rok_parks_total", "counter", "Times a worker went to sleep.",
+		  s->parks },
+		{ "rok_handoffs_total", "counter", "Helper workers started for "
+		  "stuck ones.", s->handoffs },
+	};
+	for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++) {
+		promtext_head(f, one[i].name, one[i].type, one[i].help);
+		fprintf(f, "%s %" PRIu64 "\n", one[i].name, one[i].v);
+	}
 	promtext_head(f, "rok_uptime_seconds", "gauge", "Time since rokd "
 	              "started serving.");
 	fprintf(f, "rok_uptime_seconds ");

@@ -743,7 +743,12 @@ size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
 	size_t n = 0, j = 0;
 
 	*more = false;
-	if (jids != NULL && from_journal != NULL) {
+	/* Unfinished tasks are all in memory (never evicted, all restored
+	 * at recovery): for them the journal, which would be scanned whole
+	 * for a state it has no index on (`rokctl top` asks every second),
+	 * has nothing to add. */
+	if (jids != NULL && from_journal != NULL && state != RT_QUEUED &&
+	    state != RT_RUNNING) {
 		nj = journal_read_ids(uid, state, after, limit + 1, jids);
 		if (nj < 0)
 			nj = 0;

@@ -12,12 +12,16 @@
  * The endpoint is read-only and public to whoever reaches the port: no
  * credentials exist over TCP, so no per-user view; it shows counts and
  * timings only, never a task, a user or an argument.  What a slow or
- * hostile HTTP client can cost is bounded: a request's headers (8 KiB)
- * and body (1 KiB) are capped, a connection idle for 10 s is closed, each
- * answer is built at once (a few KiB, no state kept between requests),
- * and when accept fails for lack of descriptors the port stops accepting
- * for 100 ms instead of spinning.  Only GET and HEAD of /metrics are
- * answered; other paths get 404, other methods 405.
+ * hostile HTTP client can cost is bounded per connection: a request's
+ * headers (8 KiB) and body (1 KiB) are capped, a connection idle for 10 s
+ * is closed, each answer is built at once (a few KiB, no state kept
+ * between requests), and when accept fails for lack of descriptors the
+ * port stops accepting for 100 ms instead of spinning.  The number of
+ * connections is not capped: libevent 2.1's evhttp tells nobody when it
+ * accepts or drops one, so a client that keeps many connections alive
+ * (a byte every few seconds) holds that many descriptors; hence loopback
+ * in the examples.  Only GET and HEAD of /metrics are answered; other
+ * paths get 404, other methods 405.
  */
 #include <errno.h>
 #include <event2/buffer.h>

@@ -8,8 +8,8 @@
  * home, clear to end of line): no curses.  Rates (spawns and completions
  * per second) are the differences of the daemon's never-decreasing
  * tasks_total between two samples, kept for a short sparkline; the
- * commit latency is the mean and p99 bucket of the commits of the last
- * interval.
+ * journal's commit latency and the spawn-to-start latency are the mean and
+ * p99 bucket of the last interval's observations.
  *
  * The terminal is put in raw mode (no echo, no line buffering; signals
  * still come from ^C) so that `q` quits at once; it is restored on every
@@ -262,30 +262,34 @@ static void top_eol(const struct top *t)
 	fputs(t->live ? "\033[K\r\n" : "\n", stdout);
 }
 
-/* The journal line: the commits between the two samples (all of them in
- * a snapshot): count, mean, and the bound of the p99 bucket. */
-static void top_journal(const struct top *t)
+/*
+ * A latency line from histogram c (and p, the previous sample): the
+ * observations between the two samples (all of them in a snapshot), their
+ * count, mean, and the bound of the bucket that holds the 99th percentile.
+ */
+static void top_latency(const struct top *t, const char *label,
+			const char *what, const char *many,
+			const rok_histogram *c, const rok_histogram *p)
 {
-	const rok_histogram *c = &t->cur.journal_commit;
-	const rok_histogram *p = &t->prev.journal_commit;
 	bool delta = t->live && t->have_prev && t->nhist > 0 &&
 		     p->n_bounds == c->n_bounds && c->count >= p->count;
 	uint64_t n = delta ? c->count - p->count : c->count;
 	uint64_t sum = delta ? c->sum_us - p->sum_us : c->sum_us;
 	char mean[32], p99[32];
 
-	printf("JOURNAL  ");
+	printf("%-8s %s ", label, what);
 	if (c->n_bounds == 0) {
-		printf("commit latency not reported by this rokd");
+		printf("latency not reported by this rokd");
 		top_eol(t);
 		return;
 	}
 	if (n == 0) {
-		printf("no commits %s", delta ? "in the last interval" : "yet");
+		printf("none %s", delta ? "in the last interval" : "yet");
 		top_eol(t);
 		return;
 	}
-	uint64_t want = n - n / 100, seen = 0;   /* the 99th percentile */
+	/* The rank of the 99th percentile: ceil(0.99 n). */
+	uint64_t want = n / 100 * 99 + (n % 100 * 99 + 99) / 100, seen = 0;
 	size_t i;
 	for (i = 0; i <= c->n_bounds; i++) {
 		seen += c->counts[i] - (delta ? p->counts[i] : 0);
@@ -301,8 +305,8 @@ static void top_journal(const struct top *t)
 		p99[0] = '>';
 		top_dur(p99 + 1, sizeof(p99) - 1, c->bounds_us[c->n_bounds - 1]);
 	}
-	printf("commit mean %s, p99 %s, %llu commits%s", mean, p99,
-	       (unsigned long long)n, delta ? " in the last interval" : "");
+	printf("mean %s, p99 %s, %llu %s%s", mean, p99, (unsigned long long)n,
+	       many, delta ? " in the last interval" : "");
 	top_eol(t);
 }
 
@@ -331,11 +335,12 @@ static void top_draw(struct top *t)
 	printf("TASKS    queued %llu  running %llu", (unsigned long long)s->queued,
 	       (unsigned long long)s->running);
 	top_eol(t);
-	printf("         since start: created %llu  started %llu  succeeded "
-	       "%llu  failed %llu  cancelled %llu  timed_out %llu  "
-	       "interrupted %llu",
+	printf("         since start: created %llu  started %llu",
 	       (unsigned long long)s->tasks_total[ROK_TASK_QUEUED],
-	       (unsigned long long)s->tasks_total[ROK_TASK_RUNNING],
+	       (unsigned long long)s->tasks_total[ROK_TASK_RUNNING]);
+	top_eol(t);
+	printf("         ended: succeeded %llu  failed %llu  cancelled %llu  "
+	       "timed_out %llu  interrupted %llu",
 	       (unsigned long long)s->tasks_total[ROK_TASK_SUCCEEDED],
 	       (unsigned long long)s->tasks_total[ROK_TASK_FAILED],
 	       (unsigned long long)s->tasks_total[ROK_TASK_CANCELLED],
@@ -390,7 +395,10 @@ static void top_draw(struct top *t)
 		printf("no queued task");
 	}
 	top_eol(t);
-	top_journal(t);
+	top_latency(t, "JOURNAL", "commit", "commits",
+		    &t->cur.journal_commit, &t->prev.journal_commit);
+	top_latency(t, "START", "spawn->start", "starts",
+		    &t->cur.spawn_to_start, &t->prev.spawn_to_start);
 	printf("RUNTIME  polls %llu  steals %llu  parks %llu  handoffs %llu  "
 	       "injector %llu",
 	       (unsigned long long)s->polls, (unsigned long long)s->steals,

@@ -14,7 +14,8 @@
  * The terminal is put in raw mode (no echo, no line buffering; signals
  * still come from ^C) so that `q` quits at once; it is restored on every
  * way out: q, an error, SIGINT, SIGTERM, SIGHUP (their handlers only set
- * a flag, which the wait in poll() sees as EINTR), and exit().  Without
+ * a flag, which the wait in poll() sees as EINTR), and exit(); and while
+ * ^Z (SIGTSTP) has it stopped, set raw again when it continues.  Without
  * a terminal on both stdin and stdout top prints one snapshot, without
  * escapes or rates, and exits.
  */
@@ -47,6 +48,7 @@ static const struct rokctl_opt top_opts[] = {
 /* The terminal as we found it, restored by top_restore (idempotent). */
 static struct {
 	bool raw;
+	bool atexit_done;
 	struct termios saved;
 } top_tty;
 
@@ -87,12 +89,14 @@ static int top_raw(void)
 	if (sigaction(SIGINT, &sa, NULL) != 0 ||
 	    sigaction(SIGTERM, &sa, NULL) != 0 ||
 	    sigaction(SIGHUP, &sa, NULL) != 0 ||
+	    sigaction(SIGTSTP, &sa, NULL) != 0 ||
 	    sigaction(SIGWINCH, &sa, NULL) != 0)
 		return -errno;
 	if (tcsetattr(STDIN_FILENO, TCSAFLUSH, &t) != 0)
 		return -errno;
 	top_tty.raw = true;
-	atexit(top_restore);
+	if (!top_tty.atexit_done && atexit(top_restore) == 0)
+		top_tty.atexit_done = true;
 	/* The alternate screen, no cursor, no line wrap: a line wider
 	 * than the terminal is cut, so the redraw stays in place. */
 	fputs("\033[?1049h\033[?25l\033[?7l", stdout);
@@ -410,6 +414,21 @@ static void top_draw(struct top *t)
 	fflush(stdout);
 }
 
+/* ^Z: the terminal as it was, stop; once continued, raw again and
+ * redrawn.  0, or -errno if the terminal cannot be set again. */
+static int top_suspend(struct top *t)
+{
+	top_restore();
+	signal(SIGTSTP, SIG_DFL);
+	raise(SIGTSTP);               /* stopped here until SIGCONT */
+	int rc = top_raw();
+	if (rc < 0)
+		return rc;
+	fputs("\033[2J", stdout);
+	top_draw(t);
+	return 0;
+}
+
 /* Waits one interval, reading keys: 1 to quit, 0 to go on. */
 static int top_wait(struct top *t)
 {
@@ -417,6 +436,11 @@ static int top_wait(struct top *t)
 
 	for (;;) {
 		uint64_t now = top_mono_us();
+		if (top_signalled == SIGTSTP) {
+			top_signalled = 0;
+			if (top_suspend(t) < 0)
+				return 1;
+		}
 		if (top_signalled != 0 && top_signalled != SIGWINCH)
 			return 1;
 		if (top_signalled == SIGWINCH) {
@@ -484,7 +508,8 @@ static int top_exec(struct rokctl *ctx, const struct rokctl_args *a)
 		}
 	}
 	top_restore();
-	if (top_signalled != 0 && top_signalled != SIGWINCH) {
+	if (top_signalled != 0 && top_signalled != SIGWINCH &&
+	    top_signalled != SIGTSTP) {
 		/* Die of it, as the shell expects of a ^C'd program. */
 		signal(top_signalled, SIG_DFL);
 		raise(top_signalled);

@@ -15,10 +15,11 @@
  * monitoring snapshot may mix values a moment apart.  The snapshot is made
  * consistent where the format needs it: a histogram's total is the sum of
  * the buckets as read, never a separate counter, so the +Inf bucket always
- * equals the count.  Shared counters rather than per-thread ones: one
- * observation is one uncontended-or-not atomic add per task start or end,
- * next to the task table's mutex that the same code takes anyway, so
- * per-thread slots would save nothing measurable and cost a registry.
+ * equals the count.  Shared counters rather than per-thread ones: an
+ * observation is two atomic adds per task start or end, right after the
+ * task table's mutex that the same code takes anyway (and per journal
+ * commit, on one thread), so per-thread slots would save nothing
+ * measurable and cost a registry of threads.
  */
 #include <stdatomic.h>
 #include <string.h>

@@ -183,9 +183,17 @@ static uint64_t top_done(const rok_daemon_stats *s)
 {
 	uint64_t n = 0;
 
-	for (int st = ROK_TASK_SUCCEEDED; st < 8; st++)
+	for (size_t st = ROK_TASK_SUCCEEDED;
+	     st < sizeof(s->tasks_total) / sizeof(s->tasks_total[0]); st++)
 		n += s->tasks_total[st];
 	return n;
+}
+
+/* Per second from two readings of a counter; 0 if it went down (only a
+ * restarted daemon's would). */
+static double top_rate(uint64_t cur, uint64_t prev, double dt)
+{
+	return cur >= prev ? (double)(cur - prev) / dt : 0;
 }
 
 /* Takes one sample; 0 or the library's error. */
@@ -212,10 +220,11 @@ static int top_sample(struct top *t)
 	rok_reply_free(r);
 	if (t->have_prev && t->cur_at > t->prev_at) {
 		double dt = (double)(t->cur_at - t->prev_at) / 1e6;
-		t->spawns[t->next] = (double)(t->cur.tasks_total[ROK_TASK_QUEUED]
-			- t->prev.tasks_total[ROK_TASK_QUEUED]) / dt;
-		t->dones[t->next] = (double)(top_done(&t->cur) -
-					     top_done(&t->prev)) / dt;
+		t->spawns[t->next] = top_rate(
+			t->cur.tasks_total[ROK_TASK_QUEUED],
+			t->prev.tasks_total[ROK_TASK_QUEUED], dt);
+		t->dones[t->next] = top_rate(top_done(&t->cur),
+					     top_done(&t->prev), dt);
 		t->next = (t->next + 1) % TOP_HISTORY;
 		if (t->nhist < TOP_HISTORY)
 			t->nhist++;

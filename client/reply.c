@@ -21,6 +21,7 @@
 #include <strings.h>
 
 #include "client-private.h"
+#include "promtext.h"
 
 struct reply_chunk {
 	struct reply_chunk *next;
@@ -180,6 +181,27 @@ static void reply_ids(struct reply_box *b, const uint64_t *v, size_t n)
 	b->r.n_ids = ids != NULL ? n : 0;
 }
 
+/* A histogram as far as it fits (the daemon's bucket count is its own). */
+static void reply_hist(const Rok__V1__Histogram *m, rok_histogram *h)
+{
+	size_t nb, nc;
+
+	memset(h, 0, sizeof(*h));
+	if (m == NULL || m->n_bounds_us == 0)
+		return;
+	nb = m->n_bounds_us < ROK_HISTOGRAM_MAX ? m->n_bounds_us
+						: ROK_HISTOGRAM_MAX;
+	h->n_bounds = nb;
+	memcpy(h->bounds_us, m->bounds_us, nb * sizeof(h->bounds_us[0]));
+	/* Buckets past those kept (and past the bounds) go to overflow. */
+	nc = m->n_counts;
+	for (size_t i = 0; i < nc; i++) {
+		h->counts[i < nb ? i : nb] += m->counts[i];
+		h->count += m->counts[i];
+	}
+	h->sum_us = m->sum_us;
+}
+
 static void reply_stats(const Rok__V1__StatsReply *m, rok_daemon_stats *s)
 {
 	s->workers = m->workers;
@@ -199,6 +221,27 @@ static void reply_stats(const Rok__V1__StatsReply *m, rok_daemon_stats *s)
 	s->connections = m->connections;
 	s->uptime_ms = m->uptime_ms;
 	s->handoffs = m->handoffs;
+	for (size_t i = 0; i < m->n_tasks_total && i < 8; i++)
+		s->tasks_total[i] = m->tasks_total[i];
+	reply_hist(m->spawn_to_start, &s->spawn_to_start);
+	reply_hist(m->run_time, &s->run_time);
+	reply_hist(m->journal_commit, &s->journal_commit);
+	s->output_bytes = m->output_bytes;
+}
+
+/* The Prometheus text of a stats reply (proto/promtext.c), in the arena. */
+static void reply_prometheus(struct reply_box *b, const Rok__V1__StatsReply *m)
+{
+	char *text;
+	size_t len;
+
+	if (promtext_format(m, &text, &len) < 0) {
+		b->err = -ENOMEM;
+		return;
+	}
+	b->r.prometheus = reply_bytes(b, (ProtobufCBinaryData){
+		.len = len, .data = (uint8_t *)text });
+	free(text);
 }
 
 static void reply_groups(struct reply_box *b, Rok__V1__GroupInfo *const *gi,
@@ -293,6 +336,7 @@ static void reply_body(struct reply_box *b, const Rok__V1__Response *m)
 	case ROK__V1__RESPONSE__BODY_STATS:
 		r->type = ROK_REPLY_STATS;
 		reply_stats(m->stats, &r->stats);
+		reply_prometheus(b, m->stats);
 		reply_groups(b, NULL, 0, m->stats->groups, m->stats->n_groups);
 		break;
 	case ROK__V1__RESPONSE__BODY_GROUP:
@@ -355,6 +399,7 @@ int reply_from_response(const Rok__V1__Response *m, rok_reply **out)
 	b->r.req_id = m->id;
 	b->r.error.message = (rok_bytes){ reply_empty, 0 };
 	b->r.payload = (rok_bytes){ reply_empty, 0 };
+	b->r.prometheus = (rok_bytes){ reply_empty, 0 };
 	b->r.server.software_version = (const char *)reply_empty;
 	reply_error(b, m->error, &b->r.error);
 	/* A typed error with code OK is no error; a body may still follow. */

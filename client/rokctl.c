@@ -33,6 +33,7 @@ const struct rokctl_cmd *const rokctl_cmds[] = {
 	&rokctl_cmd_list,
 	&rokctl_cmd_logs,
 	&rokctl_cmd_stats,
+	&rokctl_cmd_top,
 	&rokctl_cmd_ping,
 	&rokctl_cmd_prune,
 	&rokctl_cmd_group,

@@ -43,6 +43,7 @@ enum rokctl_key {
 	KEY_OLDER_THAN, KEY_KEEP, KEY_GROUP, KEY_PRIORITY, KEY_PARALLEL,
 	KEY_POLICY, KEY_BACKEND, KEY_WEIGHTS,
 	KEY_AFTER_ANY, KEY_AT, KEY_IN, KEY_RETRY_FAILED, KEY_BACKOFF,
+	KEY_PROMETHEUS, KEY_INTERVAL,
 	KEY__COUNT
 };
 
@@ -151,7 +152,8 @@ void print_groups(struct rokctl *ctx, const rok_group *g, size_t n);
 extern const struct rokctl_cmd rokctl_cmd_spawn, rokctl_cmd_join,
 	rokctl_cmd_race, rokctl_cmd_cancel, rokctl_cmd_status,
 	rokctl_cmd_list, rokctl_cmd_logs, rokctl_cmd_stats,
-	rokctl_cmd_ping, rokctl_cmd_prune, rokctl_cmd_group, rokctl_cmd_help;
+	rokctl_cmd_ping, rokctl_cmd_prune, rokctl_cmd_group, rokctl_cmd_top,
+	rokctl_cmd_help;
 extern const struct rokctl_cmd rokctl_cmd_watch;
 
 /* ---- rokctl-logs.c --------------------------------------------------- */

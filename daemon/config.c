@@ -97,6 +97,7 @@ void config_free(struct config *c)
 	free(c->state_dir);
 	free(c->socket_group);
 	free(c->groups);
+	free(c->metrics_listen);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -190,6 +191,7 @@ static int config_set(struct config *c, const char *key, const char *v,
 		CFG_S("socket", socket_path),
 		CFG_S("state_dir", state_dir),
 		CFG_S("socket_group", socket_group),
+		CFG_S("metrics_listen", metrics_listen),
 		CFG_U("workers", workers, 1024),
 		CFG_U("max_frame", max_frame, 64u << 20),
 		CFG_U("max_in_flight", max_in_flight, 1u << 20),

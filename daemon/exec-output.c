@@ -193,6 +193,7 @@ void exec_out_append(struct exec_out *o, int stream, const uint8_t *buf,
 			return;
 		}
 		o->kept += k;
+		metrics_output(k);
 		buf += k;
 		n -= k;
 	}

@@ -933,7 +933,9 @@ static void *journal_main(void *arg)
 			journal.retained = NULL;
 		}
 		size_t ndone;
+		int64_t t0 = rok_now();
 		int rc = journal_commit(b, &ndone);
+		metrics_observe(METRICS_COMMIT, (rok_now() - t0) / 1000);
 		if (rc == SQLITE_OK) {
 			if (failing)
 				log_info("journal: writing again");

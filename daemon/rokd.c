@@ -304,6 +304,7 @@ static void rokd_shutdown_cb(void *arg)
 {
 	(void)arg;
 	server_stop();
+	metrics_http_stop();
 	conn_shutdown();
 }
 
@@ -416,6 +417,10 @@ int main(int argc, char **argv)
 	if ((err = exec_init()) < 0)
 		fatalx("exec tasks: %s/output: %s; refusing to start",
 		       config.state_dir, strerror(-err));
+	/* Before the socket: a port that cannot be bound stops rokd before
+	 * any client could connect. */
+	if (metrics_http_open(jerr, sizeof(jerr)) < 0)
+		fatalx("%s; refusing to start", jerr);
 	int fd = server_open();
 	if (fd < 0)
 		fatalx("cannot listen on %s: %s", config.socket_path,
@@ -434,6 +439,8 @@ int main(int argc, char **argv)
 		fatalx("cannot start the journal thread: %s", strerror(-err));
 	if ((err = server_start(fd)) < 0)
 		fatalx("cannot start accepting: %s", strerror(-err));
+	if ((err = metrics_http_start()) < 0)
+		fatalx("cannot serve metrics: %s", strerror(-err));
 	struct rok_stats st;
 	rok_stats_get(&st);
 	log_info("rokd %s ready: %u workers, state in %s", ROKD_VERSION,

@@ -87,6 +87,7 @@ struct config {
 	size_t ngroups;
 	int64_t aging_ns;           /* strict: a class up per interval; 0: off */
 	int nice[4];                /* exec children, by class: urgent..low */
+	char *metrics_listen;       /* HOST:PORT for /metrics; NULL: off */
 };
 
 extern struct config config;
@@ -456,6 +457,45 @@ void gate_cancel(uint64_t id);
 void gate_stop(void);
 /* Main thread, after rok_stop. */
 void gate_free(void);
+/* ---- metrics.c: counters and histograms (any thread) ----------------- */
+enum {
+	METRICS_SPAWN_START,        /* spawn accepted -> run started */
+	METRICS_RUN_TIME,           /* run started -> finished */
+	METRICS_COMMIT,             /* one journal transaction */
+	METRICS_NHIST,
+};
+#define METRICS_NBOUNDS 22          /* bucket bounds per histogram */
+
+/* One observation of `us` microseconds (below 0: 0) in histogram h. */
+void metrics_observe(int h, int64_t us);
+/* A task entered `state` (RT_QUEUED: it was created). */
+void metrics_task_state(int state);
+/* n bytes of task output were stored. */
+void metrics_output(uint64_t n);
+
+/* A StatsReply with the storage its parts point into. */
+struct metrics_reply {
+	Rok__V1__StatsReply sr;
+	Rok__V1__Histogram hist[METRICS_NHIST];
+	uint64_t counts[METRICS_NHIST][METRICS_NBOUNDS + 1];
+	uint64_t totals[RT_NSTATES];
+	Rok__V1__GroupStats **groups;   /* queue_group_stats's */
+};
+/* Reactor thread: fills m with every counter now (`rokctl stats`,
+ * /metrics), and every group's; metrics_reply_free frees what it took. */
+void metrics_reply_fill(struct metrics_reply *m);
+void metrics_reply_free(struct metrics_reply *m);
+
+/* ---- metrics-http.c: /metrics over HTTP (main, then reactor thread) --- */
+/* Main thread, before the runtime starts: binds config.metrics_listen if
+ * it is set.  0, or -1 with a message in err. */
+int metrics_http_open(char *err, size_t len);
+/* Starts serving on the reactor thread (nothing if not open): 0 or
+ * -errno. */
+int metrics_http_start(void);
+/* Reactor thread (reactor_call), at stop: closes the port and the
+ * connections. */
+void metrics_http_stop(void);
 
 /* ---- kind.c, kind-*.c: what a task does ------------------------------- */
 struct kind {

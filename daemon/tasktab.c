@@ -365,6 +365,7 @@ static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
 static void tasktab_insert(struct rtask *r)
 {
 	tab.counts[RT_QUEUED]++;
+	metrics_task_state(RT_QUEUED);
 	if (tab.count >= tab.nbuckets)
 		tasktab_grow();
 	size_t b = tasktab_bucket(r->id);
@@ -533,6 +534,7 @@ static void tasktab_set_state(struct rtask *r, int state,
 	};
 	if (r->group != NULL)
 		snprintf(ev->group, sizeof(ev->group), "%s", r->group);
+	metrics_task_state(state);
 }
 
 int tasktab_start(struct rtask *r, const TaskSpec *spec,
@@ -607,11 +609,13 @@ void tasktab_running(struct rtask *r)
 		tasktab_set_state(r, RT_RUNNING, &ev);
 		r->started_us = ev.time_us = tasktab_now_us();
 	}
-	uint64_t id = r->id, us = r->started_us;
+	uint64_t id = r->id, us = r->started_us, spawned = r->spawned_us;
 	pthread_mutex_unlock(&tab.lock);
 	if (started) {
 		journal_started(id, us);
 		events_publish(&ev);
+		metrics_observe(METRICS_SPAWN_START,
+		                (int64_t)us - (int64_t)spawned);
 	}
 }
 
@@ -730,6 +734,9 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 	pthread_mutex_unlock(&tab.lock);
 	/* Watchers and followers of its output see the end. */
 	events_publish(&ev);
+	if (jf.started_us != 0)
+		metrics_observe(METRICS_RUN_TIME, (int64_t)jf.finished_us -
+		                                  (int64_t)jf.started_us);
 	/*
 	 * Dropped after unlocking: the poll that calls this still holds the
 	 * runtime's own reference, so this never frees the running task.
@@ -1046,7 +1053,12 @@ size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
 	size_t n = 0, j = 0;
 
 	*more = false;
-	if (jids != NULL && from_journal != NULL) {
+	/* Unfinished tasks are all in memory (never evicted, all restored
+	 * at recovery): for them the journal, which would be scanned whole
+	 * for a state it has no index on (`rokctl top` asks every second),
+	 * has nothing to add. */
+	if (jids != NULL && from_journal != NULL && state != RT_QUEUED &&
+	    state != RT_RUNNING) {
 		nj = journal_read_ids(uid, state, after, limit + 1, jids);
 		if (nj < 0)
 			nj = 0;

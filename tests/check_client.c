@@ -427,6 +427,26 @@ static uint8_t *fake_answer(struct fake *f, const Rok__V1__Request *req,
 		s.running = 1;
 		s.registrations = -1;
 		s.uptime_ms = 12345;
+		/* More buckets and states than the library keeps: it must
+		 * clamp, never overrun. */
+		static uint64_t totals[10] = { 0, 2500, 2500, 2497, 2, 0, 0,
+		                               0, 9, 9 };
+		static uint64_t bounds[40], counts[41];
+		static Rok__V1__Histogram h;
+		for (int i = 0; i < 40; i++)
+			bounds[i] = 100 * (uint64_t)(i + 1);
+		for (int i = 0; i < 41; i++)
+			counts[i] = 1;
+		rok__v1__histogram__init(&h);
+		h.n_bounds_us = 40;
+		h.bounds_us = bounds;
+		h.n_counts = 41;
+		h.counts = counts;
+		h.sum_us = 2500;
+		s.n_tasks_total = 10;
+		s.tasks_total = totals;
+		s.journal_commit = &h;
+		s.output_bytes = 77;
 		resp.body_case = ROK__V1__RESPONSE__BODY_STATS;
 		resp.stats = &s;
 		break;
@@ -927,6 +947,59 @@ START_TEST(list_pages_and_stats)
 	ck_assert_uint_eq(s.succeeded, 2497);
 	ck_assert_int_eq(s.registrations, -1);
 	ck_assert_uint_eq(s.uptime_ms, 12345);
+	fake_pair_done(&f, c);
+}
+END_TEST
+
+/* The metrics of a stats reply: clamped into rok_daemon_stats, and the
+ * Prometheus text of the whole reply. */
+START_TEST(stats_metrics)
+{
+	struct fake f;
+	uint64_t rid;
+	rok_reply *r;
+	int rc;
+	rok_client *c;
+
+	fake_init(&f, FAKE_NORMAL);
+	c = fake_pair(&f, &rc);
+	ck_assert_int_eq(rc, 0);
+	ck_assert_int_eq(rok_client_send_stats(c, &rid), 0);
+	ck_assert_int_eq(rok_client_wait(c, rid, &r), 0);
+	ck_assert_int_eq(r->type, ROK_REPLY_STATS);
+
+	const rok_daemon_stats *s = &r->stats;
+	ck_assert_uint_eq(s->tasks_total[ROK_TASK_QUEUED], 2500);
+	ck_assert_uint_eq(s->tasks_total[ROK_TASK_SUCCEEDED], 2497);
+	ck_assert_uint_eq(s->tasks_total[7], 0);
+	ck_assert_uint_eq(s->output_bytes, 77);
+	const rok_histogram *h = &s->journal_commit;
+	ck_assert_uint_eq(h->n_bounds, ROK_HISTOGRAM_MAX);
+	ck_assert_uint_eq(h->bounds_us[ROK_HISTOGRAM_MAX - 1],
+			  100 * ROK_HISTOGRAM_MAX);
+	ck_assert_uint_eq(h->count, 41);
+	ck_assert_uint_eq(h->counts[0], 1);
+	/* Buckets past the kept bounds fall into the overflow. */
+	ck_assert_uint_eq(h->counts[ROK_HISTOGRAM_MAX], 41 - ROK_HISTOGRAM_MAX);
+	ck_assert_uint_eq(h->sum_us, 2500);
+	ck_assert_uint_eq(s->run_time.n_bounds, 0);   /* not sent */
+
+	const char *text = (const char *)r->prometheus.data;
+	ck_assert_uint_eq(strlen(text), r->prometheus.len);
+	ck_assert_ptr_nonnull(strstr(text, "\nrok_tasks_total{state="
+				     "\"succeeded\"} 2497\n"));
+	ck_assert_ptr_nonnull(strstr(text, "\nrok_tasks{state=\"running\"} 1\n"));
+	/* The text has all 40 buckets, cumulative, in seconds. */
+	ck_assert_ptr_nonnull(strstr(text, "\nrok_journal_commit_seconds_bucket"
+				     "{le=\"0.004\"} 40\n"));
+	ck_assert_ptr_nonnull(strstr(text, "\nrok_journal_commit_seconds_bucket"
+				     "{le=\"+Inf\"} 41\n"));
+	ck_assert_ptr_nonnull(strstr(text, "\nrok_journal_commit_seconds_sum "
+				     "0.0025\n"));
+	ck_assert_ptr_nonnull(strstr(text, "\nrok_uptime_seconds 12.345\n"));
+	/* Histograms the daemon did not send are left out. */
+	ck_assert_ptr_null(strstr(text, "rok_task_run_seconds"));
+	rok_reply_free(r);
 	fake_pair_done(&f, c);
 }
 END_TEST
@@ -1907,6 +1980,7 @@ static Suite *client_suite(void)
 		{ "connect_unix_socket", connect_unix_socket },
 		{ "spawn_and_join", spawn_and_join },
 		{ "list_pages_and_stats", list_pages_and_stats },
+		{ "stats_metrics", stats_metrics },
 		{ "typed_error", typed_error },
 		{ "pipelined_out_of_order", pipelined_out_of_order },
 		{ "wait_keeps_other_replies", wait_keeps_other_replies },

@@ -242,6 +242,20 @@ typedef struct rok_spec {
 	uint64_t backoff_ms;       /* before retry k: backoff_ms * 2^(k-1) */
 } rok_spec;
 
+/*
+ * A latency histogram (rok.v1.Histogram): counts[i] observations at most
+ * bounds_us[i] (and above the bound before), counts[n_bounds] those above
+ * the last bound; count is their sum.  Not cumulative.
+ */
+#define ROK_HISTOGRAM_MAX 32
+typedef struct rok_histogram {
+	size_t n_bounds;           /* 0: the daemon sent none */
+	uint64_t bounds_us[ROK_HISTOGRAM_MAX];
+	uint64_t counts[ROK_HISTOGRAM_MAX + 1];
+	uint64_t count;
+	uint64_t sum_us;
+} rok_histogram;
+
 /* The daemon's counters (rok.v1.StatsReply). */
 typedef struct rok_daemon_stats {
 	uint32_t workers;
@@ -253,6 +267,14 @@ typedef struct rok_daemon_stats {
 	uint32_t connections;
 	uint64_t uptime_ms;
 	uint64_t handoffs;
+	/* Tasks that entered each state since rokd started, indexed by
+	 * enum rok_state (ROK_TASK_QUEUED: created; ROK_TASK_RUNNING: runs
+	 * started); never going down, unlike queued .. interrupted above. */
+	uint64_t tasks_total[8];
+	rok_histogram spawn_to_start;   /* spawn accepted -> run started */
+	rok_histogram run_time;         /* run started -> finished */
+	rok_histogram journal_commit;   /* one journal transaction */
+	uint64_t output_bytes;          /* exec task output stored */
 } rok_daemon_stats;
 
 /* What the daemon said in its hello reply. */
@@ -301,7 +323,8 @@ typedef struct rok_log_chunk {
  *   RACE    index, tasks[0] is the winner
  *   SELECT  index, tasks[0] is the winner, ids (one per spec)
  *   CANCEL  results (one per id, code 0 / NOT_FOUND / PERMISSION_DENIED)
- *   STATS   stats
+ *   STATS   stats, and prometheus: the same in the Prometheus text
+ *           format (as rokd's metrics_listen serves it)
  *   PING    payload
  *   PRUNE   pruned
  *   GROUP   groups (list: all; others: the group as it is now)
@@ -330,6 +353,7 @@ typedef struct rok_reply {
 	size_t n_results;
 	const rok_error *results;
 	rok_daemon_stats stats;
+	rok_bytes prometheus;      /* STATS: NUL-terminated text */
 	rok_bytes payload;
 	rok_server_info server;
 	size_t n_chunks;

@@ -601,11 +601,23 @@ def cancel_results(reply: "pb.CancelReply", ids: List[int]) -> None:
 
 def stats_dict(reply: "pb.StatsReply") -> dict:
     """Every field of a stats reply, by name (fields a newer daemon adds
-    appear when this binding's rok.proto has them); ``groups`` is a list of
-    dicts: name, parallel, running, queued (by class name), paused,
-    policy."""
-    d = {f.name: getattr(reply, f.name) for f in reply.DESCRIPTOR.fields
-         if f.name != "groups"}
+    appear when this binding's rok.proto has them), as plain Python: a
+    number, a list for a repeated field (tasks_total), a dict for a
+    message (the histograms: bounds_us, counts, sum_us); ``groups`` is a
+    list of dicts: name, parallel, running, queued (by class name),
+    paused, policy."""
+    def plain(msg, f):
+        v = getattr(msg, f.name)
+        if f.message_type is not None:
+            if f.label == f.LABEL_REPEATED:
+                return [message(x) for x in v]
+            return message(v)
+        return list(v) if f.label == f.LABEL_REPEATED else v
+
+    def message(msg):
+        return {f.name: plain(msg, f) for f in msg.DESCRIPTOR.fields}
+
+    d = message(reply)
     d["groups"] = [{
         "name": text(g.name), "parallel": g.parallel, "running": g.running,
         "queued": dict(zip(("urgent", "high", "normal", "low"),

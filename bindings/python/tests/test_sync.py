@@ -168,6 +168,10 @@ def test_stats(client):
     s = client.stats()
     assert s["workers"] == 2 and s["succeeded"] >= 1
     assert s["connections"] >= 1 and "uptime_ms" in s
+    assert s["tasks_total"][3] >= 1              # TASK_SUCCEEDED
+    h = s["run_time"]
+    assert len(h["counts"]) == len(h["bounds_us"]) + 1
+    assert sum(h["counts"]) >= 1 and isinstance(h["sum_us"], int)
 
 
 def test_prune(client):

@@ -29,7 +29,7 @@ not the protocol) fails every waiting coroutine and every later call with
 import asyncio
 import collections
 import time
-from typing import (Any, AsyncIterator, Deque, Dict, Generator,
+from typing import (Any, AsyncIterator, Awaitable, Deque, Dict, Generator,
                     Iterable, List, Mapping, Optional, Sequence, Tuple)
 
 from . import _protocol as P
@@ -217,16 +217,22 @@ class _Conn(asyncio.Protocol):
         except (OSError, RuntimeError) as e:
             self._break(f"sending to rokd: {e}")
 
-    async def call(self, req: P.AnyRequest, expect: str) -> Any:
-        """Sends ``req`` and returns the reply body ``expect`` (or raises
-        the daemon's error)."""
+    def send(self, req: P.AnyRequest) -> Awaitable["pb.Response"]:
+        """Sends ``req``; an awaitable of its reply (``P.body`` makes it the
+        reply body or the daemon's error).  Not a coroutine: while a slot
+        is free and the socket keeps up, the awaitable is the reply's future
+        itself, and a request costs its caller no coroutine frame."""
         slots = self._slots
         if slots is not None:
-            # Inline fast path of _Slots.acquire: no coroutine when free.
+            # Inline fast path of _Slots.acquire.
             if slots._free > 0 and not slots._waiters:
                 slots._free -= 1
             else:
-                await slots.acquire()
+                return self._send_when_free(req)
+        return self._send(req)
+
+    def _send(self, req: P.AnyRequest) -> Awaitable["pb.Response"]:
+        """send with a slot held."""
         try:
             rid = self._write(req)
         except BaseException:
@@ -234,11 +240,29 @@ class _Conn(asyncio.Protocol):
             raise
         fut = self._loop.create_future()
         self._pending[rid] = fut
-        if self._drained is not None:
-            # Several callers may wait: a cancelled one must not cancel
-            # the future the others wait on.
-            await asyncio.shield(self._drained)
-        return P.body(await fut, expect)
+        drained = self._drained
+        if drained is not None:
+            return self._wait_drained(drained, fut)
+        return fut
+
+    async def _send_when_free(self, req: P.AnyRequest) -> "pb.Response":
+        assert self._slots is not None
+        await self._slots.acquire()
+        return await self._send(req)
+
+    @staticmethod
+    async def _wait_drained(drained: "asyncio.Future[None]",
+                            fut: "asyncio.Future[pb.Response]"
+                            ) -> "pb.Response":
+        # Several callers may wait: a cancelled one must not cancel the
+        # future the others wait on.
+        await asyncio.shield(drained)
+        return await fut
+
+    async def call(self, req: P.AnyRequest, expect: str) -> Any:
+        """Sends ``req`` and returns the reply body ``expect`` (or raises
+        the daemon's error)."""
+        return P.body(await self.send(req), expect)
 
     async def open_stream(
             self, req: P.AnyRequest) -> Tuple[int, "asyncio.Queue[Any]"]:
@@ -458,8 +482,8 @@ class Client:
         """As :meth:`rok.Client.spawn`."""
         spec = _spec(args, kind, timeout, env, cwd, stdin, clean_env, retry,
                      kill_grace, group, priority, after)
-        reply = await self._conn.call(P.spawn(spec), "spawn")
-        return Task(self, reply.id)
+        reply = await self._conn.send(P.spawn(spec))
+        return Task(self, P.body(reply, "spawn").id)
 
     async def run(self, args: Sequence[StrOrBytes] = (), kind: str = "exec",
                   timeout: Optional[Seconds] = None,
@@ -471,16 +495,15 @@ class Client:
         """As :meth:`rok.Client.run`: spawn and wait in one request."""
         spec = _spec(args, kind, timeout, env, cwd, stdin, clean_env, retry,
                      kill_grace, None, None, None)
-        reply = await self._conn.call(P.spawn(spec, True, wait_timeout),
-                                      "spawn")
-        return P.result(reply.task)
+        # The hot path of a pipelined batch: one coroutine frame (this).
+        reply = await self._conn.send(P.spawn(spec, True, wait_timeout))
+        return P.result(P.body(reply, "spawn").task)
 
     async def join_all(self, tasks: Iterable[object],
                        timeout: Optional[Seconds] = None) -> List[Result]:
         """As :meth:`rok.Client.join_all`."""
-        reply = await self._conn.call(P.join(P.task_ids(tasks), timeout),
-                                      "join")
-        return [P.result(t) for t in reply.tasks]
+        reply = await self._conn.send(P.join(P.task_ids(tasks), timeout))
+        return [P.result(t) for t in P.body(reply, "join").tasks]
 
     async def race(self, tasks: Sequence[object], cancel_rest: bool = False,
                    timeout: Optional[Seconds] = None) -> Tuple[int, Result]:

@@ -146,10 +146,19 @@ class _Conn(asyncio.Protocol):
         except ConnectionError as e:
             self._break(str(e))
             return
-        route = self._route
+        pending = self._pending
+        slots = self._slots
         try:
             for resp in replies:
-                route(resp)
+                # Inline, as this runs once per task of a pipelined batch.
+                fut = pending.pop(resp.id, None)
+                if fut is None:
+                    self._route_stream(resp)
+                    continue
+                if slots is not None:
+                    slots.release()
+                if not fut.done():
+                    fut.set_result(resp)
         except BaseException as e:  # a bug here must not hang callers
             self._break(f"reading from rokd: {e!r}")
             raise
@@ -285,15 +294,10 @@ class _Conn(asyncio.Protocol):
 
     # -- receiving --
 
-    def _route(self, resp: "pb.Response") -> None:
+    def _route_stream(self, resp: "pb.Response") -> None:
+        """A reply that is not to a plain request: a log stream's, or one
+        to nothing we sent (ignored)."""
         rid = resp.id
-        fut = self._pending.pop(rid, None)
-        if fut is not None:
-            if self._slots is not None:
-                self._slots.release()
-            if not fut.done():
-                fut.set_result(resp)
-            return
         if rid in self._streams:
             q = self._streams[rid]
             ended = (resp.HasField("error") and resp.error.code != pb.OK) \
@@ -303,7 +307,6 @@ class _Conn(asyncio.Protocol):
                 self._release()
             if q is not None:
                 q.put_nowait(resp)
-        # Otherwise: a reply to nothing we sent; ignore it.
 
     # -- ending --
 

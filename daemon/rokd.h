@@ -468,8 +468,15 @@ enum {
 
 /* One observation of `us` microseconds (below 0: 0) in histogram h. */
 void metrics_observe(int h, int64_t us);
-/* A task entered `state` (RT_QUEUED: it was created). */
-void metrics_task_state(int state);
+/* The totals of the tasks of group `name` (NULL: default), to pass to
+ * metrics_task_state; NULL past METRICS_GROUPS_MAX names (then only the
+ * totals of all count them).  Takes a lock unless name is default. */
+#define METRICS_GROUPS_MAX 4096
+struct metrics_group;
+struct metrics_group *metrics_group(const char *name);
+/* A task of group g (may be NULL) entered `state` (RT_QUEUED: it was
+ * created, or queued again for a retry). */
+void metrics_task_state(struct metrics_group *g, int state);
 /* n bytes of task output were stored. */
 void metrics_output(uint64_t n);
 
@@ -480,6 +487,7 @@ struct metrics_reply {
 	uint64_t counts[METRICS_NHIST][METRICS_NBOUNDS + 1];
 	uint64_t totals[RT_NSTATES];
 	Rok__V1__GroupStats **groups;   /* queue_group_stats's */
+	void *group_totals;             /* one allocation for them */
 };
 /* Reactor thread: fills m with every counter now (`rokctl stats`,
  * /metrics), and every group's; metrics_reply_free frees what it took. */

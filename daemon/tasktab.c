@@ -51,6 +51,7 @@ struct rtask {
 	bool output_truncated;
 	char *reason;
 	char *group;                   /* NULL: default */
+	struct metrics_group *mgroup;  /* its group's totals (metrics.c) */
 	uint8_t cls;                   /* priority class (queue.c) */
 	struct qticket *ticket;        /* queued for a slot (queue.c) */
 	void *ctl;                     /* kind->cancel's argument, if set */
@@ -349,6 +350,7 @@ static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
 		memcpy(r->group, spec->group.data, spec->group.len);
 		r->group[spec->group.len] = '\0';
 	}
+	r->mgroup = metrics_group(r->group);
 	r->cls = (uint8_t)queue_class(spec->priority);
 	r->nargs = spec->n_args;
 	r->uid = uid;
@@ -365,7 +367,7 @@ static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
 static void tasktab_insert(struct rtask *r)
 {
 	tab.counts[RT_QUEUED]++;
-	metrics_task_state(RT_QUEUED);
+	metrics_task_state(r->mgroup, RT_QUEUED);
 	if (tab.count >= tab.nbuckets)
 		tasktab_grow();
 	size_t b = tasktab_bucket(r->id);
@@ -534,7 +536,7 @@ static void tasktab_set_state(struct rtask *r, int state,
 	};
 	if (r->group != NULL)
 		snprintf(ev->group, sizeof(ev->group), "%s", r->group);
-	metrics_task_state(state);
+	metrics_task_state(r->mgroup, state);
 }
 
 int tasktab_start(struct rtask *r, const TaskSpec *spec,

@@ -986,8 +986,8 @@ START_TEST(stats_metrics)
 
 	const char *text = (const char *)r->prometheus.data;
 	ck_assert_uint_eq(strlen(text), r->prometheus.len);
-	ck_assert_ptr_nonnull(strstr(text, "\nrok_tasks_total{state="
-				     "\"succeeded\"} 2497\n"));
+	ck_assert_ptr_nonnull(strstr(text, "\nrok_tasks_total{state=\"succeeded\","
+				     "group=\"default\"} 2497\n"));
 	ck_assert_ptr_nonnull(strstr(text, "\nrok_tasks{state=\"running\"} 1\n"));
 	/* The text has all 40 buckets, cumulative, in seconds. */
 	ck_assert_ptr_nonnull(strstr(text, "\nrok_journal_commit_seconds_bucket"

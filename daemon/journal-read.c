@@ -41,7 +41,9 @@ int journal_read_open(const char *path, char *err, size_t len)
 	if (rc == SQLITE_OK)
 		rc = sqlite3_prepare_v3(jread.db, "SELECT id FROM tasks WHERE "
 		        "id > ?1 AND (?2 < 0 OR uid = ?2) AND (?3 = 0 OR "
-		        "state = ?3) ORDER BY id LIMIT ?4", -1,
+		        "state = ?3) AND (?5 IS NULL OR grp IS ?5 OR "
+		        "(?5 = 'default' AND grp IS NULL)) ORDER BY id LIMIT ?4",
+		        -1,
 		        SQLITE_PREPARE_PERSISTENT, &jread.ids, NULL);
 	if (rc != SQLITE_OK) {
 		snprintf(err, len, "%s: read connection: %s", path,
@@ -166,8 +168,8 @@ int journal_read_info(uint64_t id, uid_t uid, TaskInfo *info)
 	return code;
 }
 
-int journal_read_ids(uid_t uid, int state, uint64_t after, size_t limit,
-                     uint64_t *ids)
+int journal_read_ids(uid_t uid, int state, const char *group,
+                     uint64_t after, size_t limit, uint64_t *ids)
 {
 	int n = 0;
 
@@ -182,6 +184,10 @@ int journal_read_ids(uid_t uid, int state, uint64_t after, size_t limit,
 	sqlite3_bind_int64(jread.ids, 2, uid == 0 ? -1 : (sqlite3_int64)uid);
 	sqlite3_bind_int(jread.ids, 3, state);
 	sqlite3_bind_int64(jread.ids, 4, (sqlite3_int64)limit);
+	if (group != NULL)
+		sqlite3_bind_text(jread.ids, 5, group, -1, SQLITE_STATIC);
+	else
+		sqlite3_bind_null(jread.ids, 5);
 	int rc;
 	while ((rc = sqlite3_step(jread.ids)) == SQLITE_ROW)
 		ids[n++] = (uint64_t)sqlite3_column_int64(jread.ids, 0);

@@ -95,8 +95,8 @@ struct jev {
 		struct {
 			uid_t uid;
 			uint64_t spawned_us;
-			size_t spec_len, kind_len;
-			uint8_t *spec, *kind;          /* in this allocation */
+			size_t spec_len, kind_len, group_len;
+			uint8_t *spec, *kind, *group;  /* in this allocation */
 		} sp;
 		struct {
 			uint64_t started_us;
@@ -139,7 +139,7 @@ enum {
 
 static const char *const journal_sql[JST_COUNT] = {
 	[JST_INSERT] = "INSERT INTO tasks (id, uid, kind, spec, state, "
-	               "spawned_us) VALUES (?1, ?2, ?3, ?4, 1, ?5)",
+	               "spawned_us, grp) VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6)",
 	/* A finished row never changes again: state < 3 guards both. */
 	/* A run's group is that of this run only: a retry's start forgets
 	 * the group of the interrupted run. */
@@ -303,7 +303,8 @@ int journal_spawn(const struct journal_spawn_item *items, size_t n,
 	}
 	for (size_t i = 0; i < n; i++) {
 		size_t slen = items[i].spec_len, klen = strlen(items[i].kind);
-		struct jev *e = calloc(1, sizeof(*e) + slen + klen + 1);
+		size_t glen = items[i].group_len;
+		struct jev *e = calloc(1, sizeof(*e) + slen + klen + glen + 1);
 		if (e == NULL) {
 			journal_free_chain(first);
 			return -ENOMEM;
@@ -319,6 +320,10 @@ int journal_spawn(const struct journal_spawn_item *items, size_t n,
 		e->u.sp.kind = e->u.sp.spec + slen;
 		e->u.sp.kind_len = klen;
 		memcpy(e->u.sp.kind, items[i].kind, klen);
+		e->u.sp.group = e->u.sp.kind + klen;
+		e->u.sp.group_len = glen;
+		if (glen > 0)
+			memcpy(e->u.sp.group, items[i].group, glen);
 		if (last != NULL)
 			last->next = e;
 		else
@@ -611,6 +616,11 @@ static int journal_write(const struct jev *e, const struct journal_idset *fin)
 		sqlite3_bind_blob(st, 4, e->u.sp.spec, (int)e->u.sp.spec_len,
 		                  SQLITE_STATIC);
 		sqlite3_bind_int64(st, 5, (sqlite3_int64)e->u.sp.spawned_us);
+		if (e->u.sp.group_len > 0)
+			sqlite3_bind_text(st, 6, (const char *)e->u.sp.group,
+			                  (int)e->u.sp.group_len, SQLITE_STATIC);
+		else
+			sqlite3_bind_null(st, 6);
 		return journal_step(st);
 	case JEV_START:
 		if (journal_idset_has(fin, e->id))

@@ -347,11 +347,12 @@ uid_t tasktab_uid(const struct rtask *r);
 /* Whether task `id` has finished (or is unknown): any thread. */
 bool tasktab_finished(uint64_t id);
 
-/* Visible tasks with id > after, in id order: up to limit, and no more
- * than fit in `budget` encoded bytes; *more set when there are more.
- * Returns how many were filled into infos[].  Reads the journal: never on
- * the reactor thread. */
-size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
+/* Visible tasks with id > after, in id order, of `group` only unless it
+ * is NULL: up to limit, and no more than fit in `budget` encoded bytes;
+ * *more set when there are more.  Returns how many were filled into
+ * infos[].  Reads the journal: never on the reactor thread. */
+size_t tasktab_list(uid_t uid, int state, const char *group, uint64_t after,
+                    size_t limit,
                     size_t budget, TaskInfo **infos, bool *more);
 
 /*
@@ -373,11 +374,6 @@ uint64_t tasktab_spawned_us(const struct rtask *r);
 /* kind_spawn: r's queue ticket (NULL: none), for the `waiting` of its
  * TaskInfo; tasktab_finish forgets it. */
 void tasktab_set_ticket(struct rtask *r, struct qticket *t);
-/* tasktab_list for one group: only the tasks in memory (every queued and
- * running one, the newest finished), no journal read. */
-size_t tasktab_list_group(uid_t uid, int state, const uint8_t *group,
-                          size_t group_len, uint64_t after, size_t limit,
-                          size_t budget, TaskInfo **infos, bool *more);
 
 /*
  * For gate.c.  tasktab_dep_visible: whether id exists (in memory or the

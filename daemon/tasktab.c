@@ -1044,7 +1044,8 @@ bool tasktab_finished(uint64_t id)
  * from memory).  A journal row whose task is in memory is skipped: the
  * record is the truth (the row may lag by one batch).
  */
-size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
+size_t tasktab_list(uid_t uid, int state, const char *group, uint64_t after,
+                    size_t limit,
                     size_t budget, TaskInfo **infos, bool *more)
 {
 	size_t used = 0;
@@ -1061,7 +1062,8 @@ size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
 	 * has nothing to add. */
 	if (jids != NULL && from_journal != NULL && state != RT_QUEUED &&
 	    state != RT_RUNNING) {
-		nj = journal_read_ids(uid, state, after, limit + 1, jids);
+		nj = journal_read_ids(uid, state, group, after, limit + 1,
+		                      jids);
 		if (nj < 0)
 			nj = 0;
 	}
@@ -1070,7 +1072,8 @@ size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
 	for (;;) {
 		while (r != NULL && (r->id <= after || r->gone ||
 		       (uid != 0 && r->uid != uid) ||
-		       (state != 0 && r->state != state)))
+		       (state != 0 && r->state != state) ||
+		       (group != NULL && !tasktab_in_group(r->group, group))))
 			r = r->next;
 		while (j < (size_t)nj && (jids[j] <= after ||
 		       (r != NULL && jids[j] == r->id) ||
@@ -1130,41 +1133,6 @@ size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
 	}
 	free(jids);
 	free(from_journal);
-	return n;
-}
-
-size_t tasktab_list_group(uid_t uid, int state, const uint8_t *group,
-                          size_t group_len, uint64_t after, size_t limit,
-                          size_t budget, TaskInfo **infos, bool *more)
-{
-	size_t used = 0, n = 0;
-	bool dflt = group_len == 7 && memcmp(group, "default", 7) == 0;
-
-	*more = false;
-	pthread_mutex_lock(&tab.lock);
-	for (struct rtask *r = tab.head; r != NULL; r = r->next) {
-		if (r->id <= after || r->gone || (uid != 0 && r->uid != uid) ||
-		    (state != 0 && r->state != state))
-			continue;
-		if (r->group == NULL ? !dflt
-		    : strlen(r->group) != group_len ||
-		      memcmp(r->group, group, group_len) != 0)
-			continue;
-		if (n == limit) {
-			*more = true;
-			break;
-		}
-		tasktab_fill(r, infos[n]);
-		size_t sz = rok__v1__task_info__get_packed_size(infos[n]) + 6;
-		if (sz > budget - used) {
-			tasktab_info_free(infos[n]);
-			*more = true;
-			break;
-		}
-		used += sz;
-		n++;
-	}
-	pthread_mutex_unlock(&tab.lock);
 	return n;
 }
 

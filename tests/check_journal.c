@@ -205,7 +205,8 @@ END_TEST
 /*
  * A journal written by a rokd of schema version 1 (the tasks table before
  * step 2) gains the pgid and pg_start columns (step 2), then run and
- * next_us (step 3), then the groups table (step 4), in one open, keeps its
+ * next_us (step 3), then the groups table and the grp column (step 4), in
+ * one open, keeps its
  * rows, and says version 4; the
  * version-1 SQL is spelled out here because a released step never
  * changes.  (tests/when.test migrates a version-2 journal written by the
@@ -242,6 +243,7 @@ START_TEST(schema_migrates_1_to_4)
 	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
 	ck_assert_int_eq(jquery("PRAGMA user_version"), 4);
 	ck_assert_int_eq(jquery("SELECT count(*) FROM groups"), 0);
+	ck_assert_int_eq(jquery("SELECT grp IS NULL FROM tasks WHERE id = 7"), 1);
 	ck_assert_int_eq(jquery("SELECT count(*) FROM pragma_table_info('tasks')"
 	                        " WHERE name IN ('pgid', 'pg_start')"), 2);
 	ck_assert_int_eq(jquery("SELECT run = 1 AND next_us = 0 FROM tasks "

@@ -549,7 +549,8 @@ int exec_init(void);
  * every child. */
 void exec_limits_save(void);
 
-/* exec-output.c: where task id's output is: "<state_dir>/output/<id>.log". */
+/* exec-output.c: where task id's output is: "<state_dir>/output/<id>.log"
+ * (".mem" with durability = off). */
 void exec_output_path(uint64_t id, char *buf, size_t len);
 
 /* ---- events.c: task events, published by the task table ------------- */

@@ -23,7 +23,8 @@
  *
  * Wake-ups: while any follower exists, logs subscribes to the task events
  * (events.c): output appended to a task, and its end.
- * Each pumps that task's followers.  A new follower subscribes first and
+ * Each pumps that task's followers (every follower for EVENTS_ANY_TASK,
+ * which stands for output events events.c dropped).  A new follower subscribes first and
  * then reads the file and the task's state (events.c says why that order
  * misses nothing).
  *
@@ -195,7 +196,8 @@ static void logs_event_cb(const struct events_ev *ev)
 {
 	for (struct follower *f = logs.head, *next; f != NULL; f = next) {
 		next = f->next;   /* logs_pump frees only f */
-		if (f->task_id == ev->id)
+		if (f->task_id == ev->id || (ev->kind == EVENTS_OUTPUT &&
+		                             ev->id == EVENTS_ANY_TASK))
 			logs_pump(f);
 	}
 }

@@ -564,6 +564,11 @@ enum {
 	EVENTS_END = 1u << 1,       /* a task ended */
 	EVENTS_OUTPUT = 1u << 2,    /* an exec task appended output */
 };
+/* An EVENTS_OUTPUT event of this id stands for any task's: events.c
+ * queues at most EVENTS_OUTPUT_MAX of them at once and, past that, one of
+ * these for all it dropped. */
+#define EVENTS_ANY_TASK 0
+#define EVENTS_OUTPUT_MAX 4096u
 struct events_ev {
 	unsigned kind;              /* one of the above */
 	uint64_t id;

@@ -2391,6 +2391,48 @@ START_TEST(watch_lagging_reader)
 END_TEST
 
 /* A user hears only of their own tasks (root of all). */
+/* Streams cut short: a watcher and a logs follower whose connections
+ * close while events flow (one never read, one mid-stream), then rokd
+ * stopped with a watch of all, a watch of ids and a logs -f still open.
+ * rokd exits 0 (under ASan: no use after free, nothing leaked). */
+START_TEST(streams_closed_and_stopped)
+{
+	rokd_start(NULL);
+	int fd = rc_hello();
+	uint64_t talker = rc_spawn_sh(fd, "while :; do echo x; sleep 0.01; done");
+	uint64_t sleeper = rc_spawn(fd, "sleep", "1h");
+	int gone_w = rc_hello(), gone_l = rc_hello(), mid = rc_hello();
+	rc_watch_req(gone_w, 1, NULL, 0, NULL);     /* never read */
+	rc_logs_req(gone_l, 2, talker, true);       /* never read */
+	rc_watch_req(mid, 3, NULL, 0, NULL);
+	ck_assert_uint_ge(rc_watch_snapshot(mid, 3), 2);
+	uint64_t ids[64];
+	for (int i = 0; i < 64; i++)
+		ids[i] = rc_spawn(fd, "noop", NULL);
+	close(gone_w);
+	close(gone_l);
+	Response *r = rc_watch_next(mid, 3);        /* one event, then cut */
+	rok__v1__response__free_unpacked(r, NULL);
+	close(mid);
+	Response *jr = rc_join(fd, ids, 64, 0);
+	rok__v1__response__free_unpacked(jr, NULL);
+	rc_ping_ok(fd);   /* the reactor went through the closes */
+
+	/* Left open at the stop. */
+	int all = rc_hello(), some = rc_hello(), logs = rc_hello();
+	rc_watch_req(all, 4, NULL, 0, NULL);
+	rc_watch_req(some, 5, &sleeper, 1, NULL);
+	rc_logs_req(logs, 6, talker, true);
+	ck_assert_uint_ge(rc_watch_snapshot(all, 4), 2);
+	ck_assert_uint_eq(rc_watch_snapshot(some, 5), 1);
+	rokd_stop();
+	close(all);
+	close(some);
+	close(logs);
+	close(fd);
+}
+END_TEST
+
 START_TEST(watch_own_tasks_only)
 {
 	if (geteuid() != 0)
@@ -2514,6 +2556,7 @@ static Suite *rokd_suite(void)
 		{ "watch_every_end_once", watch_every_end_once },
 		{ "watch_lagging_reader", watch_lagging_reader },
 		{ "watch_own_tasks_only", watch_own_tasks_only },
+		{ "streams_closed_and_stopped", streams_closed_and_stopped },
 		{ "when_checks", when_checks },
 		{ "task_quotas", task_quotas },
 		{ "per_user_retention", per_user_retention },

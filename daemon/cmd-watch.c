@@ -25,8 +25,9 @@
  * across fresh snapshots) and the stream ends once all have been, with an
  * end marker sent through reply_post (which ends the wait).  A snapshot
  * entry of an id no longer in memory (finished long ago) is read with
- * tasktab_info when sent, from the journal: on this thread, as logs does,
- * for at most max_ids ids per request.
+ * tasktab_info when sent, from the journal: on this thread, for at most
+ * max_ids ids per request, and so are the ids' checks (tasktab_lookup).
+ * logs does those reads in the blocking pool; a watch does not yet.
  *
  * Groups: a watch of a group (without ids) sees the tasks whose
  * TaskInfo.group is that group's name, "default" also those spawned without

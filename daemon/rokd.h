@@ -307,6 +307,10 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o);
  * else ROK__V1__ERROR_CODE__NOT_FOUND or __PERMISSION_DENIED.
  */
 int tasktab_lookup(uint64_t id, uid_t uid, rok_task **handle);
+/* The same answer from memory alone (no handle): true with *code set, or
+ * false when only the journal knows (a task finished and no longer in
+ * memory), which the reactor thread must not read. */
+bool tasktab_lookup_mem(uint64_t id, uid_t uid, int *code);
 
 /* Fills *info (and allocations it owns, freed by tasktab_info_free) for
  * `id` as `uid` sees it; a per-task error goes into info->error. */

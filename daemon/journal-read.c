@@ -10,8 +10,8 @@
  * range scans over pages the writer keeps hot.  Still, a read waits for
  * the disk when the page is cold, and for the mutex behind a list's scan:
  * the reactor thread should not read here, and a debug line names each
- * task it still reads (watch, a logs stream whose task was evicted while
- * it streamed, gate).  A read that fails (an I/O error) reports the task
+ * task it still reads (the end of a watch or logs stream whose task was
+ * evicted while it streamed; gate.c's dependencies at spawn).  A read that fails (an I/O error) reports the task
  * as not found and logs once per failure.
  */
 #include <errno.h>

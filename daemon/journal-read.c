@@ -3,12 +3,16 @@
  * list of tasks that are no longer (or not yet again) in the in-memory
  * table.
  *
- * Any thread: the reactor (status, list), workers (join replies), the
- * journal thread never.  One read-only connection of its own, serialised by
- * a mutex; in WAL mode readers never wait for the writer, and these are
- * point reads by primary key or short range scans over pages the writer
- * keeps hot, so doing them inline costs microseconds.  A read that fails
- * (an I/O error) reports the task as not found and logs once per failure.
+ * Any thread: the blocking pool (status, list, logs: conn_offload),
+ * workers (join replies), the journal thread never.  One read-only
+ * connection of its own, serialised by a mutex; in WAL mode readers never
+ * wait for the writer, and these are point reads by primary key or short
+ * range scans over pages the writer keeps hot.  Still, a read waits for
+ * the disk when the page is cold, and for the mutex behind a list's scan:
+ * the reactor thread should not read here, and a debug line names each
+ * task it still reads (the end of a watch or logs stream whose task was
+ * evicted while it streamed; gate.c's dependencies at spawn).  A read that fails (an I/O error) reports the task
+ * as not found and logs once per failure.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -17,6 +21,7 @@
 #include <string.h>
 
 #include "journal.h"
+#include "reactor.h"
 
 static struct {
 	pthread_mutex_t lock;
@@ -144,6 +149,9 @@ int journal_read_info(uint64_t id, uid_t uid, TaskInfo *info)
 
 	if (id > INT64_MAX)
 		return code;
+	if (reactor_on_thread())
+		log_debug("journal: task %llu read on the reactor thread",
+		          (unsigned long long)id);
 	pthread_mutex_lock(&jread.lock);
 	if (jread.db == NULL) {
 		pthread_mutex_unlock(&jread.lock);

@@ -307,6 +307,10 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o);
  * else ROK__V1__ERROR_CODE__NOT_FOUND or __PERMISSION_DENIED.
  */
 int tasktab_lookup(uint64_t id, uid_t uid, rok_task **handle);
+/* The same answer from memory alone (no handle): true with *code set, or
+ * false when only the journal knows (a task finished and no longer in
+ * memory), which the reactor thread must not read. */
+bool tasktab_lookup_mem(uint64_t id, uid_t uid, int *code);
 
 /* Fills *info (and allocations it owns, freed by tasktab_info_free) for
  * `id` as `uid` sees it; a per-task error goes into info->error. */
@@ -553,7 +557,8 @@ int exec_init(void);
  * every child. */
 void exec_limits_save(void);
 
-/* exec-output.c: where task id's output is: "<state_dir>/output/<id>.log". */
+/* exec-output.c: where task id's output is: "<state_dir>/output/<id>.log"
+ * (".mem" with durability = off). */
 void exec_output_path(uint64_t id, char *buf, size_t len);
 
 /* ---- events.c: task events, published by the task table ------------- */
@@ -567,6 +572,11 @@ enum {
 	EVENTS_END = 1u << 1,       /* a task ended */
 	EVENTS_OUTPUT = 1u << 2,    /* an exec task appended output */
 };
+/* An EVENTS_OUTPUT event of this id stands for any task's: events.c
+ * queues at most EVENTS_OUTPUT_MAX of them at once and, past that, one of
+ * these for all it dropped. */
+#define EVENTS_ANY_TASK 0
+#define EVENTS_OUTPUT_MAX 4096u
 struct events_ev {
 	unsigned kind;              /* one of the above */
 	uint64_t id;

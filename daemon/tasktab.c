@@ -788,6 +788,19 @@ int tasktab_lookup(uint64_t id, uid_t uid, rok_task **handle)
 	return code;
 }
 
+bool tasktab_lookup_mem(uint64_t id, uid_t uid, int *code)
+{
+	struct rtask *r;
+
+	pthread_mutex_lock(&tab.lock);
+	*code = tasktab_visible(id, uid, &r);
+	/* As in tasktab_lookup: an id never handed out is in no row. */
+	bool absent = *code == ROK__V1__ERROR_CODE__NOT_FOUND && r == NULL &&
+	              id < tab.next_id && tasktab_find(id) == NULL;
+	pthread_mutex_unlock(&tab.lock);
+	return !absent;
+}
+
 static void tasktab_set_error(TaskInfo *info, uint64_t id, int code)
 {
 	static const char *const what[] = {

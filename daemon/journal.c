@@ -179,8 +179,22 @@ static struct {
 } journal = {
 	.lock_fd = -1,
 	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.cond = PTHREAD_COND_INITIALIZER,
 };
+
+/* The journal thread's timed waits (the linger, the idle sleep) count on
+ * the monotonic clock: a step of the wall clock must not stretch them. */
+static pthread_once_t journal_cond_once = PTHREAD_ONCE_INIT;
+
+static void journal_cond_init(void)
+{
+	pthread_condattr_t a;
+
+	if (pthread_condattr_init(&a) != 0 ||
+	    pthread_condattr_setclock(&a, CLOCK_MONOTONIC) != 0 ||
+	    pthread_cond_init(&journal.cond, &a) != 0)
+		fatalx("journal: cannot make a condition variable");
+	pthread_condattr_destroy(&a);
+}
 
 sqlite3 *journal_db(void)
 {
@@ -216,6 +230,7 @@ static int journal_lock(char *err, size_t len)
 
 int journal_open(char *err, size_t len)
 {
+	pthread_once(&journal_cond_once, journal_cond_init);
 	journal.stopping = false;
 	if (journal_lock(err, len) < 0)
 		return -1;
@@ -868,7 +883,7 @@ static void journal_linger(void)
 {
 	struct timespec until;
 
-	clock_gettime(CLOCK_REALTIME, &until);
+	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_nsec += JOURNAL_LINGER_NS;
 	if (until.tv_nsec >= 1000000000) {
 		until.tv_sec++;
@@ -908,7 +923,7 @@ static void *journal_main(void *arg)
 			/* Sleep until an event, the next periodic prune, or
 			 * (while failing) the next retry. */
 			struct timespec until;
-			clock_gettime(CLOCK_REALTIME, &until);
+			clock_gettime(CLOCK_MONOTONIC, &until);
 			if (failing || journal.retained != NULL) {
 				until.tv_nsec += 100000000;
 				if (until.tv_nsec >= 1000000000) {

@@ -1239,6 +1239,19 @@ bool tasktab_in_group(const char *task_group, const char *group)
 	return strcmp(task_group, group) == 0;
 }
 
+uint64_t tasktab_group_unfinished(const char *group)
+{
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&tab.lock);
+	for (struct rtask *r = tab.head; r != NULL; r = r->next)
+		if ((r->state == RT_QUEUED || r->state == RT_RUNNING) &&
+		    tasktab_in_group(r->group, group))
+			n++;
+	pthread_mutex_unlock(&tab.lock);
+	return n;
+}
+
 ssize_t tasktab_snapshot(uid_t uid, const char *group, const uint64_t *ids,
                          size_t n, struct tasktab_snap **out, uint64_t *seq)
 {

@@ -69,8 +69,10 @@ static const char *const journal_schema_steps[] = {
 	"ALTER TABLE tasks ADD COLUMN run INTEGER NOT NULL DEFAULT 1;"
 	"ALTER TABLE tasks ADD COLUMN next_us INTEGER NOT NULL DEFAULT 0;",
 	/* 3 -> 4.  The groups that a GroupRequest added or changed, each with
-	 * all its settings (group.c): they outlive a restart. */
-	"CREATE TABLE groups ("
+	 * all its settings (group.c): they outlive a restart.  IF NOT EXISTS:
+	 * main between issue 10's two merges created this very table outside
+	 * the steps at version 2; its journals keep their groups. */
+	"CREATE TABLE IF NOT EXISTS groups ("
 	" name TEXT PRIMARY KEY,"
 	" parallel INTEGER NOT NULL,"
 	" policy INTEGER NOT NULL,"

@@ -415,6 +415,13 @@ ssize_t tasktab_snapshot(uid_t uid, const char *group, const uint64_t *ids,
 /* Whether a task of group `task_group` (NULL or "": spawned without one)
  * is in group `group`. */
 bool tasktab_in_group(const char *task_group, const char *group);
+/* Main thread: holds back the eviction of finished records while the
+ * journal is recovered (hold), then evicts what is beyond the caps. */
+void tasktab_hold_eviction(bool hold);
+/* The queued and running tasks of `group`, those still waiting in the
+ * gate (dependencies, a start time, a retry's backoff) included: group rm
+ * refuses a group that has any.  Any thread; a walk of the table. */
+uint64_t tasktab_group_unfinished(const char *group);
 
 /* Tasks by state, for stats. */
 void tasktab_counts(uint64_t counts[RT_NSTATES]);

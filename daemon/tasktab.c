@@ -104,6 +104,7 @@ static struct {
 	uint64_t counts[RT_NSTATES];
 	uint64_t seq;                  /* state changes so far */
 	bool stopping;                 /* tasktab_cancel_all ran */
+	bool hold;                     /* no eviction (the recovery) */
 	struct tasktab_user *users[TASKTAB_USER_BUCKETS];
 } tab = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -300,6 +301,8 @@ static void tasktab_evict_one(struct rtask *r)
  */
 static void tasktab_evict(struct tasktab_user *u)
 {
+	if (tab.hold)
+		return;
 	while (u != NULL && u->nfinished > CONFIG_LIMIT(max_finished_per_user)
 	       && u->fhead != NULL) {
 		bool last = u->nfinished == 1;
@@ -309,6 +312,34 @@ static void tasktab_evict(struct tasktab_user *u)
 	}
 	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL)
 		tasktab_evict_one(tab.fhead);
+}
+
+/*
+ * While the journal is recovered, its thread is not running yet: the ends
+ * of the tasks that the recovery finishes (a dependent cancelled because
+ * its dependency was interrupted, a task whose group is gone) are not in
+ * the journal, only in memory.  A record evicted then would leave a later
+ * dependent's gate_submit reading the journal's stale "queued" row of its
+ * dependency, and waiting for an end already past: nothing is evicted
+ * until the recovery is over.  Its finished records are at most the
+ * journal's unfinished rows, which were in memory anyway.
+ */
+void tasktab_hold_eviction(bool hold)
+{
+	pthread_mutex_lock(&tab.lock);
+	tab.hold = hold;
+	if (!hold) {
+		for (size_t b = 0; b < TASKTAB_USER_BUCKETS; b++) {
+			struct tasktab_user *u = tab.users[b];
+			while (u != NULL) {
+				struct tasktab_user *next = u->next;
+				tasktab_evict(u);   /* may free u */
+				u = next;
+			}
+		}
+		tasktab_evict(NULL);
+	}
+	pthread_mutex_unlock(&tab.lock);
 }
 
 /* Copies a spec's args into one allocation. */
@@ -1220,6 +1251,19 @@ bool tasktab_in_group(const char *task_group, const char *group)
 	if (task_group == NULL || task_group[0] == '\0')
 		task_group = "default";
 	return strcmp(task_group, group) == 0;
+}
+
+uint64_t tasktab_group_unfinished(const char *group)
+{
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&tab.lock);
+	for (struct rtask *r = tab.head; r != NULL; r = r->next)
+		if ((r->state == RT_QUEUED || r->state == RT_RUNNING) &&
+		    tasktab_in_group(r->group, group))
+			n++;
+	pthread_mutex_unlock(&tab.lock);
+	return n;
 }
 
 ssize_t tasktab_snapshot(uid_t uid, const char *group, const uint64_t *ids,

@@ -1786,7 +1786,9 @@ START_TEST(rokctl_json_and_exit_codes)
 	ck_assert_int_eq(r.status, 0);
 	ck_assert_int_eq(r.lines, 1);
 	HAS(r.out, "\"workers\":4,");
-	HAS(r.out, "\"registrations\":-1,\"groups\":[]}");
+	HAS(r.out, "\"registrations\":-1,");
+	HAS(r.out, "\"tasks_total\":{\"queued\":2500,");
+	HAS(r.out, ",\"groups\":[]}");
 	free(r.out);
 
 	r = RUN(&f, "ping");

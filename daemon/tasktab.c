@@ -68,6 +68,7 @@ struct rtask {
 	                                  for joins (gate.c) */
 	bool cancel_requested;         /* by a client, not by the shutdown */
 	bool gone;                     /* pruned: no longer visible */
+	bool starting;                 /* tasktab_start uses it: kept */
 	rok_task *handle;              /* the runtime task, until finished */
 	struct rtask *hnext;           /* hash chain */
 	struct rtask *prev, *next;     /* all records, in id order */
@@ -303,15 +304,27 @@ static void tasktab_evict(struct tasktab_user *u)
 {
 	if (tab.hold)
 		return;
+	/* A record that tasktab_start still uses is kept (and those after it
+	 * with it) until tasktab_start lets it go and evicts again. */
 	while (u != NULL && u->nfinished > CONFIG_LIMIT(max_finished_per_user)
-	       && u->fhead != NULL) {
+	       && u->fhead != NULL && !u->fhead->starting) {
 		bool last = u->nfinished == 1;
 		tasktab_evict_one(u->fhead);   /* may free u when last */
 		if (last)
 			u = NULL;
 	}
-	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL)
+	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL &&
+	       !tab.fhead->starting)
 		tasktab_evict_one(tab.fhead);
+}
+
+/* Lock held.  tasktab_start is done with r: evicted now if it finished
+ * meanwhile and is beyond the caps (r may go here). */
+static void tasktab_unpin(struct rtask *r)
+{
+	r->starting = false;
+	if (r->state >= RT_SUCCEEDED)
+		tasktab_evict(r->user);
 }
 
 /*
@@ -582,6 +595,12 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 	 * (ordered by gate.lock).
 	 */
 	uint32_t run = r->run;
+	uint64_t id = r->id;
+	/* Once kind_spawn has started it, the task may end on a worker and
+	 * its record be evicted by another task's end: pinned till done. */
+	pthread_mutex_lock(&tab.lock);
+	r->starting = true;
+	pthread_mutex_unlock(&tab.lock);
 	int err = kind_spawn(r, r->kind, spec, reply, &h);
 
 	if (err < 0) {
@@ -591,7 +610,10 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 		                        : strerror(-err));
 		tasktab_finish(r, &o);
 		if (reply != NULL && reply->conn != NULL)
-			tasktab_reply(r->id, reply);
+			tasktab_reply(id, reply);
+		pthread_mutex_lock(&tab.lock);
+		tasktab_unpin(r);
+		pthread_mutex_unlock(&tab.lock);
 		return err;
 	}
 	pthread_mutex_lock(&tab.lock);
@@ -608,6 +630,7 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 	} else {
 		rok_task_unref(h);   /* it finished already */
 	}
+	tasktab_unpin(r);   /* r may go here */
 	pthread_mutex_unlock(&tab.lock);
 	return 0;
 }

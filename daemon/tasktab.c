@@ -68,7 +68,6 @@ struct rtask {
 	                                  for joins (gate.c) */
 	bool cancel_requested;         /* by a client, not by the shutdown */
 	bool gone;                     /* pruned: no longer visible */
-	bool starting;                 /* tasktab_start uses it: kept */
 	rok_task *handle;              /* the runtime task, until finished */
 	struct rtask *hnext;           /* hash chain */
 	struct rtask *prev, *next;     /* all records, in id order */
@@ -304,27 +303,15 @@ static void tasktab_evict(struct tasktab_user *u)
 {
 	if (tab.hold)
 		return;
-	/* A record that tasktab_start still uses is kept (and those after it
-	 * with it) until tasktab_start lets it go and evicts again. */
 	while (u != NULL && u->nfinished > CONFIG_LIMIT(max_finished_per_user)
-	       && u->fhead != NULL && !u->fhead->starting) {
+	       && u->fhead != NULL) {
 		bool last = u->nfinished == 1;
 		tasktab_evict_one(u->fhead);   /* may free u when last */
 		if (last)
 			u = NULL;
 	}
-	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL &&
-	       !tab.fhead->starting)
+	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL)
 		tasktab_evict_one(tab.fhead);
-}
-
-/* Lock held.  tasktab_start is done with r: evicted now if it finished
- * meanwhile and is beyond the caps (r may go here). */
-static void tasktab_unpin(struct rtask *r)
-{
-	r->starting = false;
-	if (r->state >= RT_SUCCEEDED)
-		tasktab_evict(r->user);
 }
 
 /*
@@ -596,11 +583,6 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 	 */
 	uint32_t run = r->run;
 	uint64_t id = r->id;
-	/* Once kind_spawn has started it, the task may end on a worker and
-	 * its record be evicted by another task's end: pinned till done. */
-	pthread_mutex_lock(&tab.lock);
-	r->starting = true;
-	pthread_mutex_unlock(&tab.lock);
 	int err = kind_spawn(r, r->kind, spec, reply, &h);
 
 	if (err < 0) {
@@ -608,18 +590,21 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 		snprintf(o.reason, sizeof(o.reason), "could not start: %s",
 		         err == -ENOENT ? "its group does not exist (removed?)"
 		                        : strerror(-err));
-		tasktab_finish(r, &o);
+		tasktab_finish(r, &o);   /* r may go from here on */
 		if (reply != NULL && reply->conn != NULL)
 			tasktab_reply(id, reply);
-		pthread_mutex_lock(&tab.lock);
-		tasktab_unpin(r);
-		pthread_mutex_unlock(&tab.lock);
 		return err;
 	}
+	/*
+	 * Once kind_spawn has started it, the task may end on a worker and
+	 * its record be evicted by another task's end: r is found again by
+	 * its id (never reused), not read, and NULL means it finished.  The
+	 * same run: one that failed at once may be queued again for its
+	 * retry already (run + 1), and its handle is no longer kept.
+	 */
 	pthread_mutex_lock(&tab.lock);
-	/* The same run: one that failed at once may be queued again for
-	 * its retry already (run + 1), and its handle is no longer kept. */
-	if ((r->state == RT_QUEUED || r->state == RT_RUNNING) &&
+	r = tasktab_find(id);
+	if (r != NULL && (r->state == RT_QUEUED || r->state == RT_RUNNING) &&
 	    r->run == run) {
 		r->handle = h;   /* kept for join, race and cancel */
 		/* A spawn whose journal commit completed after the stop began
@@ -630,7 +615,6 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 	} else {
 		rok_task_unref(h);   /* it finished already */
 	}
-	tasktab_unpin(r);   /* r may go here */
 	pthread_mutex_unlock(&tab.lock);
 	return 0;
 }

@@ -354,6 +354,51 @@ static void jspawn(uint64_t id, const char *kind, uint32_t retry)
 	ck_assert_int_eq(atomic_load(&jdone_err), 0);
 }
 
+/*
+ * journal_read_ids by group: none (every row), "default" (rows without a
+ * group and those spawned in "default" by name) and a named group (its
+ * rows only, through the index by group), in id order from `after`.
+ */
+START_TEST(read_ids_by_group)
+{
+	static const char *const grp[] = { NULL, "a", "default", "b", "a" };
+	TaskSpec spec = ROK__V1__TASK_SPEC__INIT;
+	uint8_t buf[256];
+	uint64_t ids[8];
+
+	jstart();
+	spec.kind.data = (uint8_t *)"noop";
+	spec.kind.len = 4;
+	for (size_t i = 0; i < sizeof(grp) / sizeof(grp[0]); i++) {
+		struct journal_spawn_item it = {
+			.id = i + 1, .uid = 0, .kind = "noop", .spec = buf,
+			.spec_len = rok__v1__task_spec__pack(&spec, buf),
+			.spawned_us = 1,
+			.group = (const uint8_t *)grp[i],
+			.group_len = grp[i] != NULL ? strlen(grp[i]) : 0,
+		};
+		ck_assert_int_eq(journal_spawn(&it, 1, jdone_cb, NULL), 0);
+		ck_assert_int_eq(sem_wait(&jdone), 0);
+		ck_assert_int_eq(atomic_load(&jdone_err), 0);
+	}
+	ck_assert_int_eq(journal_read_ids(0, 0, NULL, 0, 8, ids), 5);
+	ck_assert_int_eq(journal_read_ids(0, 0, "default", 0, 8, ids), 2);
+	ck_assert_uint_eq(ids[0], 1);
+	ck_assert_uint_eq(ids[1], 3);
+	ck_assert_int_eq(journal_read_ids(0, 0, "a", 0, 8, ids), 2);
+	ck_assert_uint_eq(ids[0], 2);
+	ck_assert_uint_eq(ids[1], 5);
+	ck_assert_int_eq(journal_read_ids(0, 0, "a", 2, 8, ids), 1);
+	ck_assert_uint_eq(ids[0], 5);
+	ck_assert_int_eq(journal_read_ids(0, RT_QUEUED, "b", 0, 8, ids), 1);
+	ck_assert_uint_eq(ids[0], 4);
+	ck_assert_int_eq(journal_read_ids(0, RT_RUNNING, "b", 0, 8, ids), 0);
+	ck_assert_int_eq(journal_read_ids(0, 0, "c", 0, 8, ids), 0);
+	journal_stop();
+	jcleanup();
+}
+END_TEST
+
 START_TEST(commit_then_complete)
 {
 	jstart();
@@ -631,6 +676,7 @@ static Suite *journal_suite(void)
 		{ "schema_migrates_2_with_groups",
 		  schema_migrates_2_with_groups },
 		{ "commit_then_complete", commit_then_complete },
+		{ "read_ids_by_group", read_ids_by_group },
 		{ "exec_group_rows", exec_group_rows },
 		{ "orphans_rules", orphans_rules },
 		{ "prune_keeps_max_id", prune_keeps_max_id },

@@ -202,15 +202,30 @@ START_TEST(schema_refuses_unchanged)
 }
 END_TEST
 
+/* The tables of schema version 1, spelled out (a released step never
+ * changes): the tasks table without its closing parenthesis, for the
+ * columns of later steps; the meta table. */
+#define J1_TASKS                                                          \
+	"CREATE TABLE tasks ("                                            \
+	" id INTEGER PRIMARY KEY, uid INTEGER NOT NULL,"                  \
+	" kind TEXT NOT NULL, spec BLOB NOT NULL,"                        \
+	" state INTEGER NOT NULL, spawned_us INTEGER NOT NULL,"           \
+	" started_us INTEGER NOT NULL DEFAULT 0,"                         \
+	" finished_us INTEGER NOT NULL DEFAULT 0, value BLOB,"            \
+	" exit_code INTEGER, signal INTEGER, reason TEXT,"                \
+	" output_truncated INTEGER NOT NULL DEFAULT 0,"                   \
+	" retries INTEGER NOT NULL DEFAULT 0,"                            \
+	" cancel_requested INTEGER NOT NULL DEFAULT 0"
+#define J1_META                                                           \
+	"CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)" \
+	" WITHOUT ROWID;"
+
 /*
  * A journal written by a rokd of schema version 1 (the tasks table before
  * step 2) gains the pgid and pg_start columns (step 2), then run and
  * next_us (step 3), then the groups table and the grp column (step 4), in
- * one open, keeps its
- * rows, and says version 4; the
- * version-1 SQL is spelled out here because a released step never
- * changes.  (tests/when.test migrates a version-2 journal written by the
- * release before step 3.)
+ * one open, keeps its rows, and says version 4.  (tests/when.test
+ * migrates a version-2 journal written by the release before step 3.)
  */
 START_TEST(schema_migrates_1_to_4)
 {
@@ -221,18 +236,8 @@ START_TEST(schema_migrates_1_to_4)
 	jpath(path, sizeof(path), "journal.db");
 	ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
 	ck_assert_int_eq(sqlite3_exec(db,
-		"CREATE TABLE tasks ("
-		" id INTEGER PRIMARY KEY, uid INTEGER NOT NULL,"
-		" kind TEXT NOT NULL, spec BLOB NOT NULL,"
-		" state INTEGER NOT NULL, spawned_us INTEGER NOT NULL,"
-		" started_us INTEGER NOT NULL DEFAULT 0,"
-		" finished_us INTEGER NOT NULL DEFAULT 0, value BLOB,"
-		" exit_code INTEGER, signal INTEGER, reason TEXT,"
-		" output_truncated INTEGER NOT NULL DEFAULT 0,"
-		" retries INTEGER NOT NULL DEFAULT 0,"
-		" cancel_requested INTEGER NOT NULL DEFAULT 0);"
-		"CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"
-		" WITHOUT ROWID;"
+		J1_TASKS ");"
+		J1_META
 		"INSERT INTO meta VALUES ('max_id', 7);"
 		"INSERT INTO tasks (id, uid, kind, spec, state, spawned_us)"
 		" VALUES (7, 0, 'exec', x'', 2, 1);"
@@ -275,19 +280,8 @@ START_TEST(schema_migrates_2_with_groups)
 	jpath(path, sizeof(path), "journal.db");
 	ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
 	ck_assert_int_eq(sqlite3_exec(db,
-		"CREATE TABLE tasks ("
-		" id INTEGER PRIMARY KEY, uid INTEGER NOT NULL,"
-		" kind TEXT NOT NULL, spec BLOB NOT NULL,"
-		" state INTEGER NOT NULL, spawned_us INTEGER NOT NULL,"
-		" started_us INTEGER NOT NULL DEFAULT 0,"
-		" finished_us INTEGER NOT NULL DEFAULT 0, value BLOB,"
-		" exit_code INTEGER, signal INTEGER, reason TEXT,"
-		" output_truncated INTEGER NOT NULL DEFAULT 0,"
-		" retries INTEGER NOT NULL DEFAULT 0,"
-		" cancel_requested INTEGER NOT NULL DEFAULT 0,"
-		" pgid INTEGER, pg_start INTEGER);"
-		"CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"
-		" WITHOUT ROWID;"
+		J1_TASKS ", pgid INTEGER, pg_start INTEGER);"
+		J1_META
 		"INSERT INTO meta VALUES ('max_id', 3);"
 		"INSERT INTO tasks (id, uid, kind, spec, state, spawned_us)"
 		" VALUES (3, 0, 'exec', x'', 1, 1);"

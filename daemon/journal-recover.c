@@ -162,8 +162,7 @@ static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
 			/* Its dependencies (lower ids: restored already, or
 			 * finished in the journal), start time, run number
 			 * and backoff deadline as they were. */
-			tasktab_set_run(r, (uint32_t)sqlite3_column_int64(sel, 5),
-			                (uint64_t)sqlite3_column_int64(sel, 6));
+			tasktab_set_run(r, (uint32_t)sqlite3_column_int64(sel, 5));
 			uint8_t *packed = malloc(rok__v1__task_spec__get_packed_size(
 				spec) + 1);
 			if (packed == NULL) {
@@ -172,7 +171,8 @@ static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
 				return SQLITE_NOMEM;
 			}
 			size_t plen = rok__v1__task_spec__pack(spec, packed);
-			(void)gate_submit(r, spec, packed, plen);
+			(void)gate_submit(r, spec, packed, plen,
+			                  (uint64_t)sqlite3_column_int64(sel, 6));
 			free(packed);
 			(*requeued)++;
 		} else {

@@ -386,15 +386,13 @@ void tasktab_set_ticket(struct rtask *r, struct qticket *t);
  * is not in memory (finished: see the journal).  tasktab_set_life: the
  * handle joins get until the final outcome (taken).  tasktab_set_wait: what
  * `waiting` shows of a gated record (a dependency, a start time).
- * tasktab_not_before: a recovered retry's backoff deadline, or 0.
- * tasktab_set_run: recovery: the run number and backoff deadline.
+ * tasktab_set_run: recovery: the run number.
  */
 int tasktab_dep_visible(uint64_t id, uid_t uid);
 int tasktab_dep_state(uint64_t id);
 void tasktab_set_life(struct rtask *r, rok_task *life);
 void tasktab_set_wait(struct rtask *r, uint64_t dep, uint64_t not_before_us);
-uint64_t tasktab_not_before(const struct rtask *r);
-void tasktab_set_run(struct rtask *r, uint32_t run, uint64_t not_before_us);
+void tasktab_set_run(struct rtask *r, uint32_t run);
 
 /*
  * The watch snapshot (reactor thread), taken under the table's lock with
@@ -444,12 +442,13 @@ int gate_check(const TaskSpec *spec, uid_t uid, char *err, size_t len);
 /*
  * A committed (or recovered) task with gate_needed(spec): held until its
  * dependencies and time allow, then started; packed (borrowed) is kept for
- * every run.  A spawn --wait on it is a waiter's (waiter_start), whose
- * handle (tasktab_lookup) ends with the final outcome, across retries.
- * 0, or -ENOMEM (the task was failed).
+ * every run; not_before_us: a recovered retry's backoff deadline, or 0.
+ * A spawn --wait on it is a waiter's (waiter_start), whose handle
+ * (tasktab_lookup) ends with the final outcome, across retries.  0, or
+ * -ENOMEM (the task was failed).
  */
 int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
-                size_t len);
+                size_t len, uint64_t not_before_us);
 int gate_submit_packed(struct rtask *r, const uint8_t *packed, size_t len);
 /* tasktab_finish, after a task's final outcome: its dependents resolve;
  * `gated`: its own entry goes.  Cheap when nothing depends on anything. */

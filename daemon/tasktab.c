@@ -1230,19 +1230,10 @@ void tasktab_set_wait(struct rtask *r, uint64_t dep, uint64_t not_before_us)
 	pthread_mutex_unlock(&tab.lock);
 }
 
-uint64_t tasktab_not_before(const struct rtask *r)
-{
-	pthread_mutex_lock(&tab.lock);
-	uint64_t nb = r->not_before_us;
-	pthread_mutex_unlock(&tab.lock);
-	return nb;
-}
-
-void tasktab_set_run(struct rtask *r, uint32_t run, uint64_t not_before_us)
+void tasktab_set_run(struct rtask *r, uint32_t run)
 {
 	pthread_mutex_lock(&tab.lock);
 	r->run = run > 0 ? run : 1;
-	r->not_before_us = not_before_us;
 	pthread_mutex_unlock(&tab.lock);
 }
 

@@ -383,9 +383,10 @@ void tasktab_set_ticket(struct rtask *r, struct qticket *t);
  * For gate.c.  tasktab_dep_visible: whether id exists (in memory or the
  * journal, which it may read) and uid may see it: 0 or an ErrorCode.
  * tasktab_dep_state: a record's state in memory (0: pruned), or -1 when it
- * is not in memory (finished: see the journal).  tasktab_set_life: the
- * handle joins get until the final outcome (taken).  tasktab_set_wait: what
- * `waiting` shows of a gated record (a dependency, a start time).
+ * is not in memory (finished: see the journal).  tasktab_set_life: marks
+ * it gated (gate_submit, first), with the handle joins get until the final
+ * outcome (taken).  tasktab_set_wait: what `waiting` shows of a gated
+ * record (a dependency, a start time).
  * tasktab_set_run: recovery: the run number.
  */
 int tasktab_dep_visible(uint64_t id, uid_t uid);

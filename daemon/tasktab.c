@@ -737,7 +737,6 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 	rok_task *h = r->handle, *life = r->life;
 	r->handle = NULL;
 	r->life = NULL;
-	r->wait_dep = 0;
 	uint64_t id = r->id;
 	int state = r->state;
 	bool gated = r->gated;
@@ -1224,7 +1223,6 @@ void tasktab_set_life(struct rtask *r, rok_task *life)
 void tasktab_set_wait(struct rtask *r, uint64_t dep, uint64_t not_before_us)
 {
 	pthread_mutex_lock(&tab.lock);
-	r->gated = true;
 	r->wait_dep = dep;
 	r->not_before_us = not_before_us;
 	pthread_mutex_unlock(&tab.lock);

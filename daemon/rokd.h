@@ -362,8 +362,9 @@ size_t tasktab_list(uid_t uid, int state, const char *group, uint64_t after,
 /*
  * The journal's side (journal-*.c).  tasktab_set_next_id: ids continue
  * from `next` (recovery).  tasktab_restore: a queued record with a known
- * id (recovery; no max_queued check).  tasktab_discard: drops a record that
- * was never started nor acknowledged (its spawn could not be journaled).
+ * id, in its run `run` (recovery; no max_queued check).  tasktab_discard:
+ * drops a record that was never started nor acknowledged (its spawn could
+ * not be journaled).
  * tasktab_forget: a finished task was pruned, it is gone from memory too.
  */
 void tasktab_set_next_id(uint64_t next);
@@ -371,7 +372,7 @@ void tasktab_set_next_id(uint64_t next);
 uint64_t tasktab_next_id(void);
 int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
                     const TaskSpec *spec, uint64_t spawned_us,
-                    uint32_t retries, struct rtask **out);
+                    uint32_t retries, uint32_t run, struct rtask **out);
 void tasktab_discard(struct rtask *r);
 void tasktab_forget(uint64_t id);
 uint64_t tasktab_spawned_us(const struct rtask *r);
@@ -387,13 +388,11 @@ void tasktab_set_ticket(struct rtask *r, struct qticket *t);
  * it gated (gate_submit, first), with the handle joins get until the final
  * outcome (taken).  tasktab_set_wait: what `waiting` shows of a gated
  * record (a dependency, a start time).
- * tasktab_set_run: recovery: the run number.
  */
 int tasktab_dep_visible(uint64_t id, uid_t uid);
 int tasktab_dep_state(uint64_t id);
 void tasktab_set_life(struct rtask *r, rok_task *life);
 void tasktab_set_wait(struct rtask *r, uint64_t dep, uint64_t not_before_us);
-void tasktab_set_run(struct rtask *r, uint32_t run);
 
 /*
  * The watch snapshot (reactor thread), taken under the table's lock with

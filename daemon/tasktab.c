@@ -459,7 +459,7 @@ int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
 
 int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
                     const TaskSpec *spec, uint64_t spawned_us,
-                    uint32_t retries, struct rtask **out)
+                    uint32_t retries, uint32_t run, struct rtask **out)
 {
 	struct rtask *r = tasktab_new_record(uid, k, spec);
 
@@ -469,6 +469,7 @@ int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
 	r->id = id;
 	r->spawned_us = spawned_us;
 	r->retries = retries;
+	r->run = run > 0 ? run : 1;
 	pthread_mutex_lock(&tab.lock);
 	if ((r->user = tasktab_user_get(uid)) == NULL) {
 		pthread_mutex_unlock(&tab.lock);
@@ -1225,13 +1226,6 @@ void tasktab_set_wait(struct rtask *r, uint64_t dep, uint64_t not_before_us)
 	pthread_mutex_lock(&tab.lock);
 	r->wait_dep = dep;
 	r->not_before_us = not_before_us;
-	pthread_mutex_unlock(&tab.lock);
-}
-
-void tasktab_set_run(struct rtask *r, uint32_t run)
-{
-	pthread_mutex_lock(&tab.lock);
-	r->run = run > 0 ? run : 1;
 	pthread_mutex_unlock(&tab.lock);
 }
 

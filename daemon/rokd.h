@@ -376,9 +376,6 @@ int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
 void tasktab_discard(struct rtask *r);
 void tasktab_forget(uint64_t id);
 uint64_t tasktab_spawned_us(const struct rtask *r);
-/* kind_spawn: r's queue ticket (NULL: none), for the `waiting` of its
- * TaskInfo; tasktab_finish forgets it. */
-void tasktab_set_ticket(struct rtask *r, struct qticket *t);
 
 /*
  * For gate.c.  tasktab_dep_visible: whether id exists (in memory or the
@@ -548,9 +545,13 @@ const struct kind *kind_find(const uint8_t *name, size_t len);
  * message in err.  Reactor thread. */
 int kind_check(const struct kind *k, const TaskSpec *spec, char *err,
                size_t len);
-/* Spawns the runtime task that runs record r: 0 or -errno. */
+/* Spawns the runtime task that runs record r: 0 or -errno.  *ticket: its
+ * place in its group's queue (kind->slot; else NULL), owned by the runner,
+ * which frees it after tasktab_finish: tasktab_start keeps it in r for the
+ * `waiting` of its TaskInfo while r is unfinished. */
 int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
-               const struct rt_reply *reply, rok_task **handle);
+               const struct rt_reply *reply, rok_task **handle,
+               struct qticket **ticket);
 
 extern const struct kind kind_noop, kind_sleep, kind_echo, kind_exec;
 

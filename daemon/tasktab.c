@@ -523,13 +523,6 @@ uint64_t tasktab_spawned_us(const struct rtask *r)
 	return r->spawned_us;
 }
 
-void tasktab_set_ticket(struct rtask *r, struct qticket *t)
-{
-	pthread_mutex_lock(&tab.lock);
-	r->ticket = t;
-	pthread_mutex_unlock(&tab.lock);
-}
-
 uint64_t tasktab_id(const struct rtask *r)
 {
 	return r->id;
@@ -575,6 +568,7 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
                   const struct rt_reply *reply)
 {
 	rok_task *h;
+	struct qticket *t;
 	/*
 	 * Read without the lock (the hot path takes it once less): run only
 	 * changes when a run of r fails (tasktab_requeue), and that of the
@@ -584,7 +578,7 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 	 */
 	uint32_t run = r->run;
 	uint64_t id = r->id;
-	int err = kind_spawn(r, r->kind, spec, reply, &h);
+	int err = kind_spawn(r, r->kind, spec, reply, &h, &t);
 
 	if (err < 0) {
 		struct rt_outcome o = { .state = RT_FAILED };
@@ -601,13 +595,15 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 	 * its record be evicted by another task's end: r is found again by
 	 * its id (never reused), not read, and NULL means it finished.  The
 	 * same run: one that failed at once may be queued again for its
-	 * retry already (run + 1), and its handle is no longer kept.
+	 * retry already (run + 1), and its handle and ticket are no longer
+	 * kept (the ticket is freed after the finish).
 	 */
 	pthread_mutex_lock(&tab.lock);
 	r = tasktab_find(id);
 	if (r != NULL && (r->state == RT_QUEUED || r->state == RT_RUNNING) &&
 	    r->run == run) {
 		r->handle = h;   /* kept for join, race and cancel */
+		r->ticket = t;
 		/* A spawn whose journal commit completed after the stop began
 		 * (tasktab_cancel_all), or that a client cancelled meanwhile:
 		 * stopped before it starts. */

@@ -174,9 +174,16 @@ bool conn_stream_room(const struct conn *c)
 	return !c->dead && conn_output_len(c) < high;
 }
 
-void conn_stream_add(struct conn *c, struct conn_stream *s,
-                     const struct conn_stream_ops *ops)
+bool conn_stream_add(struct conn *c, struct conn_stream *s,
+                     const struct conn_stream_ops *ops, uint64_t req_id)
 {
+	if (!quota_take(c->uid, QUOTA_FOLLOWERS)) {
+		char msg[160];
+		quota_explain(c->uid, QUOTA_FOLLOWERS, msg, sizeof(msg));
+		reply_post_error(c, req_id,
+		                 ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED, msg);
+		return false;
+	}
 	s->ops = ops;
 	s->conn = c;
 	s->prev = NULL;
@@ -184,6 +191,7 @@ void conn_stream_add(struct conn *c, struct conn_stream *s,
 	if (c->streams != NULL)
 		c->streams->prev = s;
 	c->streams = s;
+	return true;
 }
 
 void conn_stream_remove(struct conn_stream *s)
@@ -197,6 +205,7 @@ void conn_stream_remove(struct conn_stream *s)
 	if (s->next != NULL)
 		s->next->prev = s->prev;
 	s->prev = s->next = NULL;
+	quota_give(c->uid, QUOTA_FOLLOWERS);
 }
 
 /* A later loop turn than a close or a shutdown: tells each stream, which

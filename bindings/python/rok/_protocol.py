@@ -636,6 +636,14 @@ def body(resp: "pb.Response", expect: str):  # -> the reply message
     return getattr(resp, expect)
 
 
+def ends_stream(resp: "pb.Response") -> bool:
+    """Whether ``resp`` is the last reply of a log or watch stream: its
+    end, or an error (the daemon then no longer counts the request as
+    in flight)."""
+    return (resp.HasField("error") and resp.error.code != pb.OK) \
+        or resp.logs.end or resp.watch.end
+
+
 _KIND_TEXT: dict = {}
 
 

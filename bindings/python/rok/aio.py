@@ -4,9 +4,9 @@
 opens one connection, and every request of every coroutine goes over it,
 pipelined: each request gets a fresh id, and the connection (an asyncio
 protocol: no reader task) hands each reply, as the socket delivers it, to
-the coroutine that waits for that id (or to the log stream it belongs to),
-in whatever order the daemon answers.  Requests written in the same turn
-of the event loop leave in one write (or one per 32).
+the coroutine that waits for that id (or to the log or watch stream it
+belongs to), in whatever order the daemon answers.  Requests written in
+the same turn of the event loop leave in one write (or one per 32).
 
 Cancellation.  Cancelling a coroutine that awaits a reply
 (``asyncio.wait_for`` timing out, ``task.cancel()``) abandons the *wait*
@@ -19,7 +19,8 @@ Flow control.  The daemon lets a connection have ``max_in_flight``
 requests pending (it says how many when the connection opens); the client
 never sends more: further requests wait in the client for a slot.  A
 request abandoned by cancellation keeps its slot until its reply comes,
-and a log stream until it ends, because the daemon counts them until then.
+and a log or watch stream until it ends, because the daemon counts them
+until then.
 
 A broken connection (the daemon died or closed it, or sent bytes that are
 not the protocol) fails every waiting coroutine and every later call with
@@ -106,7 +107,8 @@ class _Conn(asyncio.Protocol):
         # id -> the future of a plain request (kept until its reply comes,
         # even if the caller gave up: it holds a slot until then).
         self._pending: Dict[int, "asyncio.Future[pb.Response]"] = {}
-        # id -> the queue of a log stream; None once its reader gave up.
+        # id -> the queue of a log or watch stream; None once its reader
+        # gave up.
         self._streams: Dict[int, Optional["asyncio.Queue[Any]"]] = {}
         self._slots: Optional[_Slots] = None
         self._wbuf: List[bytes] = []
@@ -295,14 +297,12 @@ class _Conn(asyncio.Protocol):
     # -- receiving --
 
     def _route_stream(self, resp: "pb.Response") -> None:
-        """A reply that is not to a plain request: a log stream's, or one
-        to nothing we sent (ignored)."""
+        """A reply that is not to a plain request: a log or watch
+        stream's, or one to nothing we sent (ignored)."""
         rid = resp.id
         if rid in self._streams:
             q = self._streams[rid]
-            ended = (resp.HasField("error") and resp.error.code != pb.OK) \
-                or resp.logs.end
-            if ended:
+            if P.ends_stream(resp):
                 del self._streams[rid]
                 self._release()
             if q is not None:

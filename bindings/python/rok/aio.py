@@ -40,7 +40,7 @@ from ._errors import (Cancelled, ConnectionError, Error, Internal,
                       ResourceExhausted, TaskFailed, TimedOut, Unavailable)
 from ._types import (STDERR, STDOUT, Group, LogChunk, Result, Seconds,
                      ServerInfo, Spec, State, StrOrBytes, WatchEvent)
-from .client import _SOFTWARE, _spec
+from .client import _SOFTWARE
 
 # The data types and errors are rok's own, re-exported so that rok.aio
 # alone has every name.
@@ -542,9 +542,10 @@ class Client:
                     retry_failed: int = 0,
                     backoff: Optional[Seconds] = None) -> Task:
         """As :meth:`rok.Client.spawn`."""
-        spec = _spec(args, kind, timeout, env, cwd, stdin, clean_env, retry,
-                     kill_grace, group, priority, after, after_any, at,
-                     delay, retry_failed, backoff)
+        spec = P.spawn_spec(args, kind, timeout, env, cwd, stdin,
+                            clean_env, retry, kill_grace, group, priority,
+                            after, after_any, at, delay, retry_failed,
+                            backoff)
         reply = await self._conn.send(P.spawn(spec))
         return Task(self, P.body(reply, "spawn").id)
 
@@ -556,8 +557,8 @@ class Client:
                   retry: int = 0, kill_grace: Optional[Seconds] = None,
                   wait_timeout: Optional[Seconds] = None) -> Result:
         """As :meth:`rok.Client.run`: spawn and wait in one request."""
-        spec = _spec(args, kind, timeout, env, cwd, stdin, clean_env, retry,
-                     kill_grace, None, None, None)
+        spec = P.spawn_spec(args, kind, timeout, env, cwd, stdin,
+                            clean_env, retry, kill_grace)
         # The hot path of a pipelined batch: one coroutine frame (this).
         reply = await self._conn.send(P.spawn(spec, True, wait_timeout))
         return P.result(P.body(reply, "spawn").task)

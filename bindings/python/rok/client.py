@@ -384,9 +384,10 @@ class Client:
         before the second, and so on; ``Result.run`` counts the runs and
         the outcome is the last run's.  Meanwhile the task is queued and
         ``Result.waiting`` says why."""
-        spec = _spec(args, kind, timeout, env, cwd, stdin, clean_env, retry,
-                     kill_grace, group, priority, after, after_any, at,
-                     delay, retry_failed, backoff)
+        spec = P.spawn_spec(args, kind, timeout, env, cwd, stdin,
+                            clean_env, retry, kill_grace, group, priority,
+                            after, after_any, at, delay, retry_failed,
+                            backoff)
         reply = self._conn.call(P.spawn(spec), "spawn")
         return Task(self, reply.id)
 
@@ -402,8 +403,8 @@ class Client:
         ``wait_timeout``, raises :class:`rok.TimedOut` when it passes; the
         task keeps running but its id is not known then (use ``spawn`` and
         ``join`` for that)."""
-        spec = _spec(args, kind, timeout, env, cwd, stdin, clean_env, retry,
-                     kill_grace, None, None, None)
+        spec = P.spawn_spec(args, kind, timeout, env, cwd, stdin,
+                            clean_env, retry, kill_grace)
         reply = self._conn.call(P.spawn(spec, True, wait_timeout), "spawn")
         return P.result(reply.task)
 
@@ -507,25 +508,6 @@ class Client:
         most recent; with neither, the daemon's retention.  Returns how
         many were deleted."""
         return self._conn.call(P.prune(older_than, keep), "prune").pruned
-
-
-def _spec(args: Sequence[StrOrBytes], kind: str,
-          timeout: Optional[Seconds],
-          env: Optional[Mapping[StrOrBytes, StrOrBytes]],
-          cwd: Optional[StrOrBytes], stdin: Optional[bytes],
-          clean_env: bool, retry: int, kill_grace: Optional[Seconds],
-          group: object, priority: object,
-          after: Optional[Iterable[object]],
-          after_any: Optional[Iterable[object]] = None,
-          at: Optional[object] = None, delay: Optional[Seconds] = None,
-          retry_failed: int = 0,
-          backoff: Optional[Seconds] = None) -> dict:
-    """The TaskSpec fields of spawn's arguments (shared with rok.aio)."""
-    kw = P.spec_fields(args, kind, timeout, env, clean_env, cwd, stdin,
-                       retry, kill_grace, group,  # type: ignore[arg-type]
-                       priority)  # type: ignore[arg-type]
-    return P.when_fields(kw, after, after_any, at, delay, retry_failed,
-                         backoff)
 
 
 def connect(socket: Optional[StrOrBytes] = None,

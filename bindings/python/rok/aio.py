@@ -31,7 +31,8 @@ import asyncio
 import collections
 import time
 from typing import (Any, AsyncIterator, Awaitable, Deque, Dict, Generator,
-                    Iterable, List, Mapping, Optional, Sequence, Tuple)
+                    Iterable, List, Mapping, Optional, Sequence, Tuple,
+                    TypeVar)
 
 from . import _protocol as P
 from . import rok_pb2 as pb
@@ -380,24 +381,25 @@ class Task:
         return self._client.logs(self, follow=follow)
 
 
-class WatchStream:
-    """An async iterator of :class:`rok.WatchEvent` (see
-    :meth:`rok.Client.watch`).  The request is sent when iteration starts;
-    ``await stream.aclose()`` (or ``async with``) stops early."""
+_S = TypeVar("_S", bound="_Stream")
 
-    def __init__(self, conn: _Conn, req: "pb.Request") -> None:
+
+class _Stream:
+    """What log and watch streams share: the request, sent when iteration
+    starts (a stream costs a slot only once it is read), each reply's body
+    in turn, and stopping early."""
+
+    def __init__(self, conn: _Conn, req: P.AnyRequest) -> None:
         self._conn = conn
-        self._req: Optional["pb.Request"] = req
+        self._req: Optional[P.AnyRequest] = req
         self._rid: Optional[int] = None
         self._queue: Optional["asyncio.Queue[Any]"] = None
         self._done = False
 
-    def __aiter__(self) -> "WatchStream":
-        return self
-
-    async def __anext__(self) -> WatchEvent:
-        if self._done:
-            raise StopAsyncIteration
+    async def _reply(self, expect: str) -> Any:
+        """The next reply body ``expect`` of the stream, sending the request
+        first; on an error (the daemon's or the connection's) the stream is
+        closed and the error raised."""
         if self._queue is None:
             assert self._req is not None
             self._rid, self._queue = await self._conn.open_stream(self._req)
@@ -406,11 +408,7 @@ class WatchStream:
             item = await self._queue.get()
             if isinstance(item, BaseException):
                 raise ConnectionError(str(item))
-            reply = P.body(item, "watch")
-            if reply.end:
-                await self.aclose()
-                raise StopAsyncIteration
-            return P.watch_event(reply)
+            return P.body(item, expect)
         except BaseException:
             await self.aclose()
             raise
@@ -422,69 +420,7 @@ class WatchStream:
             self._conn.abandon_stream(self._rid)
             self._rid = None
 
-    async def __aenter__(self) -> "WatchStream":
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def __del__(self) -> None:
-        if self._rid is not None:
-            self._conn.abandon_stream(self._rid)
-            self._rid = None
-
-
-class LogStream:
-    """An async iterator of ``(stream, data)`` chunks of a task's output
-    (stream 1: stdout, 2: stderr).  Once exhausted, :attr:`result` is the
-    task as it was at the end.  The request is sent when iteration starts;
-    ``await stream.aclose()`` (or ``async with``) stops early."""
-
-    def __init__(self, conn: _Conn, req: P.AnyRequest) -> None:
-        self._conn = conn
-        self._req: Optional[P.AnyRequest] = req
-        self._rid: Optional[int] = None
-        self._queue: Optional["asyncio.Queue[Any]"] = None
-        self._pending: Deque[LogChunk] = collections.deque()
-        self._done = False
-        #: The task when the stream ended (None before).
-        self.result: Optional[Result] = None
-
-    def __aiter__(self) -> "LogStream":
-        return self
-
-    async def __anext__(self) -> LogChunk:
-        while not self._pending:
-            if self._done:
-                raise StopAsyncIteration
-            if self._queue is None:
-                assert self._req is not None
-                self._rid, self._queue = await self._conn.open_stream(
-                    self._req)
-                self._req = None
-            try:
-                item = await self._queue.get()
-                if isinstance(item, BaseException):
-                    raise ConnectionError(str(item))
-                reply = P.body(item, "logs")
-            except BaseException:
-                await self.aclose()
-                raise
-            self._pending.extend(P.log_chunks(reply))
-            if reply.end:
-                self._done = True
-                if reply.HasField("task"):
-                    self.result = P.result(reply.task)
-        return self._pending.popleft()
-
-    async def aclose(self) -> None:
-        """Stops reading the stream (idempotent)."""
-        self._done = True
-        if self._rid is not None:
-            self._conn.abandon_stream(self._rid)
-            self._rid = None
-
-    async def __aenter__(self) -> "LogStream":
+    async def __aenter__(self: _S) -> _S:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -495,6 +431,53 @@ class LogStream:
         # rest of the stream rather than queue it forever.
         if self._rid is not None:
             self._conn.abandon_stream(self._rid)
+            self._rid = None
+
+
+class WatchStream(_Stream):
+    """An async iterator of :class:`rok.WatchEvent` (see
+    :meth:`rok.Client.watch`).  The request is sent when iteration starts;
+    ``await stream.aclose()`` (or ``async with``) stops early."""
+
+    def __aiter__(self) -> "WatchStream":
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        if self._done:
+            raise StopAsyncIteration
+        reply = await self._reply("watch")
+        if reply.end:
+            await self.aclose()
+            raise StopAsyncIteration
+        return P.watch_event(reply)
+
+
+class LogStream(_Stream):
+    """An async iterator of ``(stream, data)`` chunks of a task's output
+    (stream 1: stdout, 2: stderr).  Once exhausted, :attr:`result` is the
+    task as it was at the end.  The request is sent when iteration starts;
+    ``await stream.aclose()`` (or ``async with``) stops early."""
+
+    def __init__(self, conn: _Conn, req: P.AnyRequest) -> None:
+        super().__init__(conn, req)
+        self._pending: Deque[LogChunk] = collections.deque()
+        #: The task when the stream ended (None before).
+        self.result: Optional[Result] = None
+
+    def __aiter__(self) -> "LogStream":
+        return self
+
+    async def __anext__(self) -> LogChunk:
+        while not self._pending:
+            if self._done:
+                raise StopAsyncIteration
+            reply = await self._reply("logs")
+            self._pending.extend(P.log_chunks(reply))
+            if reply.end:
+                self._done = True
+                if reply.HasField("task"):
+                    self.result = P.result(reply.task)
+        return self._pending.popleft()
 
 
 class Client:

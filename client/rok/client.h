@@ -476,7 +476,8 @@ int rok_client_list(rok_client *c, int state, uint64_t after_id,
 		    uint32_t limit, rok_reply **out);
 
 /* The same list, only the tasks of `group` that the daemon holds in
- * memory (every queued and running one, the newest finished). */
+ * memory (every queued and running one, the newest finished); a NULL
+ * group is rok_client_list. */
 int rok_client_list_group(rok_client *c, const char *group, int state,
 			  uint64_t after_id, uint32_t limit, rok_reply **out);
 

@@ -167,20 +167,11 @@ static void print_json_task(const rok_task_info *t, long index)
 	json_u64(&o, "id", t->id);
 	json_str(&o, "state", rok_state_name(t->state));
 	json_bytes(&o, "kind", t->kind.data, t->kind.len);
-	if (t->has_exit_code)
-		json_i64(&o, "exit_code", t->exit_code);
-	else
-		json_null(&o, "exit_code");
-	if (t->has_signal)
-		json_i64(&o, "signal", t->signal);
-	else
-		json_null(&o, "signal");
+	json_i64_or_null(&o, "exit_code", t->has_exit_code, t->exit_code);
+	json_i64_or_null(&o, "signal", t->has_signal, t->signal);
 	json_bytes(&o, "value", t->value.data, t->value.len);
 	json_bool(&o, "output_truncated", t->output_truncated);
-	if (t->reason.len > 0)
-		json_bytes(&o, "reason", t->reason.data, t->reason.len);
-	else
-		json_null(&o, "reason");
+	json_bytes_or_null(&o, "reason", t->reason.data, t->reason.len);
 	json_u64(&o, "uid", t->uid);
 	json_u64(&o, "retries", t->retries);
 	json_u64(&o, "run", t->run > 0 ? t->run : 1);
@@ -205,15 +196,9 @@ static void print_json_task(const rok_task_info *t, long index)
 		json_string(stdout, t->args[i].data, t->args[i].len);
 	}
 	putc(']', stdout);
-	if (t->group.len > 0)
-		json_bytes(&o, "group", t->group.data, t->group.len);
-	else
-		json_null(&o, "group");
+	json_bytes_or_null(&o, "group", t->group.data, t->group.len);
 	json_str(&o, "priority", rok_priority_name(t->priority));
-	if (t->waiting.len > 0)
-		json_bytes(&o, "waiting", t->waiting.data, t->waiting.len);
-	else
-		json_null(&o, "waiting");
+	json_bytes_or_null(&o, "waiting", t->waiting.data, t->waiting.len);
 	if (index >= 0)
 		json_i64(&o, "index", index);
 	json_end(&o);

@@ -298,18 +298,17 @@ static int spawn_at_parse(const char *s, uint64_t now_us, uint64_t *us)
 		struct tm today;
 		if (localtime_r(&now, &today) == NULL)
 			return -EINVAL;
-		today.tm_hour = tm.tm_hour;
-		today.tm_min = tm.tm_min;
-		today.tm_sec = tm.tm_sec;
-		today.tm_isdst = -1;
-		t = mktime(&today);
-		if (t != (time_t)-1 && (uint64_t)t * 1000000 <= now_us) {
-			today.tm_mday++;   /* mktime normalises */
-			today.tm_hour = tm.tm_hour;
-			today.tm_min = tm.tm_min;
-			today.tm_sec = tm.tm_sec;
-			today.tm_isdst = -1;
-			t = mktime(&today);
+		/* Today at that time, else tomorrow. */
+		for (int day = 0; day < 2; day++) {
+			struct tm when = today;
+			when.tm_mday += day;   /* mktime normalises */
+			when.tm_hour = tm.tm_hour;
+			when.tm_min = tm.tm_min;
+			when.tm_sec = tm.tm_sec;
+			when.tm_isdst = -1;
+			t = mktime(&when);
+			if (t == (time_t)-1 || (uint64_t)t * 1000000 > now_us)
+				break;
 		}
 		if (t == (time_t)-1 || t < 0)
 			return -EINVAL;

@@ -469,27 +469,25 @@ int rok_client_send_stats(rok_client *c, uint64_t *req_id)
 	return client_send(c, &req, req_id);
 }
 
-int rok_client_stats(rok_client *c, rok_daemon_stats *out)
-{
-	rok_reply *r;
-	uint64_t rid;
-	int rc = rok_client_send_stats(c, &rid);
-
-	memset(out, 0, sizeof(*out));
-	rc = request_finish(c, rc, rid, ROK_REPLY_STATS, &r);
-	if (r == NULL)
-		return rc;
-	*out = r->stats;
-	rok_reply_free(r);
-	return 0;
-}
-
 int rok_client_stats_reply(rok_client *c, rok_reply **out)
 {
 	uint64_t rid;
 	int rc = rok_client_send_stats(c, &rid);
 
 	return request_finish(c, rc, rid, ROK_REPLY_STATS, out);
+}
+
+int rok_client_stats(rok_client *c, rok_daemon_stats *out)
+{
+	rok_reply *r;
+	int rc = rok_client_stats_reply(c, &r);
+
+	memset(out, 0, sizeof(*out));
+	if (r == NULL)
+		return rc;
+	*out = r->stats;
+	rok_reply_free(r);
+	return 0;
 }
 
 int rok_client_send_prune(rok_client *c, uint64_t older_than_ms,

@@ -296,31 +296,41 @@ int print_outcome(const rok_task_info *t, size_t n)
 	return rc;
 }
 
+size_t print_quantile_bucket(const rok_histogram *h,
+			     const rok_histogram *before, unsigned q)
+{
+	uint64_t n = h->count - (before != NULL ? before->count : 0);
+	/* Rounded up, at least 1: the q-th percent observation. */
+	uint64_t want = n / 100 * q + (n % 100 * q + 99) / 100, seen = 0;
+
+	if (want == 0)
+		want = 1;
+	for (size_t i = 0; i < h->n_bounds; i++) {
+		seen += h->counts[i] - (before != NULL ? before->counts[i] : 0);
+		if (seen >= want)
+			return i;
+	}
+	return h->n_bounds;
+}
+
 /* The upper bound of the bucket holding quantile q (percent) of h, as
  * "<=250us", or ">LAST" past the last bound; "-" for no observation. */
 static void stats_quantile(const rok_histogram *h, unsigned q, char *buf,
 			   size_t len)
 {
-	uint64_t want, seen = 0;
+	size_t i;
 
 	if (h->count == 0 || h->n_bounds == 0) {
 		snprintf(buf, len, "-");
 		return;
 	}
-	/* Rounded up, at least 1: the q-th percent observation. */
-	want = h->count / 100 * q + (h->count % 100 * q + 99) / 100;
-	if (want == 0)
-		want = 1;
-	for (size_t i = 0; i < h->n_bounds; i++) {
-		seen += h->counts[i];
-		if (seen >= want) {
-			snprintf(buf, len, "<=%lluus",
-				 (unsigned long long)h->bounds_us[i]);
-			return;
-		}
-	}
-	snprintf(buf, len, ">%lluus",
-		 (unsigned long long)h->bounds_us[h->n_bounds - 1]);
+	i = print_quantile_bucket(h, NULL, q);
+	if (i < h->n_bounds)
+		snprintf(buf, len, "<=%lluus",
+			 (unsigned long long)h->bounds_us[i]);
+	else
+		snprintf(buf, len, ">%lluus",
+			 (unsigned long long)h->bounds_us[h->n_bounds - 1]);
 }
 
 /* "NAME count N sum_us S p50 <=B p99 <=B" */

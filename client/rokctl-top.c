@@ -277,14 +277,7 @@ static void top_latency(const struct top *t, const char *label,
 		top_eol(t);
 		return;
 	}
-	/* The rank of the 99th percentile: ceil(0.99 n). */
-	uint64_t want = n / 100 * 99 + (n % 100 * 99 + 99) / 100, seen = 0;
-	size_t i;
-	for (i = 0; i <= c->n_bounds; i++) {
-		seen += c->counts[i] - (delta ? p->counts[i] : 0);
-		if (seen >= want)
-			break;
-	}
+	size_t i = print_quantile_bucket(c, delta ? p : NULL, 99);
 	top_dur(mean, sizeof(mean), sum / n);
 	if (i < c->n_bounds) {
 		p99[0] = '<';

@@ -159,8 +159,7 @@ extern const struct rokctl_cmd rokctl_cmd_spawn, rokctl_cmd_join,
 	rokctl_cmd_race, rokctl_cmd_cancel, rokctl_cmd_status,
 	rokctl_cmd_list, rokctl_cmd_logs, rokctl_cmd_stats,
 	rokctl_cmd_ping, rokctl_cmd_prune, rokctl_cmd_group, rokctl_cmd_top,
-	rokctl_cmd_help;
-extern const struct rokctl_cmd rokctl_cmd_watch;
+	rokctl_cmd_watch, rokctl_cmd_help;
 
 /* ---- rokctl-logs.c --------------------------------------------------- */
 /* Writes task id's output as it comes (follow: until it ends); an exit

@@ -103,7 +103,9 @@ void task_wake_by_val(rok_task *t);
 
 /* Like task_wake_by_val, for a timer firing: never in the LIFO slot (wakes
  * in bulk must keep their order), but ahead of the firing worker's other
- * work (worker.h, `timed`), else behind what is queued already. */
+ * work (worker.h, `timed`), else behind what is queued already.  A task
+ * queued on `timed` wakes no idle worker: the caller calls
+ * executor_notify() once after a batch of these. */
 void task_wake_by_val_timed(rok_task *t);
 
 /*

@@ -270,6 +270,10 @@ static void timer_wake(struct timer_due *due, unsigned n)
 	}
 	for (unsigned i = 0; i < n; i++)
 		task_wake_by_val_timed(due[i].task);
+	/* One wake-up for the batch, not one per task: each costs a seq_cst
+	 * fence and a read of the idle word every worker writes. */
+	if (n > 0)
+		executor_notify();
 }
 
 /*

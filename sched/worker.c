@@ -230,7 +230,6 @@ void worker_push_timed(struct worker *w, rok_task *t)
 {
 	if (deque_push(&w->timed, t) < 0)
 		worker_push_deque(w, t);
-	executor_notify();
 }
 
 void worker_push_local(struct worker *w, rok_task *t, bool from_self)

@@ -152,7 +152,8 @@ void worker_unpark(struct worker *w);
 rok_task *worker_take_any(struct worker *w);
 
 /* Owner (the thread firing its wheel).  Queues a task a timer woke on
- * w's `timed` deque, ahead of its other work. */
+ * w's `timed` deque, ahead of its other work.  Wakes nobody: the caller
+ * calls executor_notify() once for the batch it queued. */
 void worker_push_timed(struct worker *w, rok_task *t);
 
 /* True if any pool deque or the injector holds a task. */

@@ -224,3 +224,21 @@ deque_len(const struct deque *d)
 	b = atomic_load_explicit(&d->bottom, memory_order_relaxed);
 	return b > t ? (size_t)(b - t) : 0;
 }
+
+void *
+deque_peek(const struct deque *d)
+{
+	int64_t t, b;
+	struct deque_ring *r;
+
+	/* As deque_take: the slots below b are visible, in a ring at least
+	 * as new as the one they went into.  The item may be taken meanwhile
+	 * (even the slot rewritten): the caller only prefetches it. */
+	t = atomic_load_explicit(&d->top, memory_order_acquire);
+	b = atomic_load_explicit(&d->bottom, memory_order_acquire);
+	r = atomic_load_explicit(&d->ring, memory_order_acquire);
+	if (b <= t)
+		return NULL;
+	return atomic_load_explicit(&r->slots[t & r->mask],
+	    memory_order_relaxed);
+}

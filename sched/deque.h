@@ -72,6 +72,13 @@ void *deque_pop(struct deque *d);
  */
 size_t deque_steal(struct deque *victim, void **buf, size_t max);
 
+/*
+ * Any thread.  The oldest queued item without taking it, or NULL: a hint
+ * only (a consumer may take it, and its owner end it, at any moment), for
+ * a prefetch, never to be dereferenced.
+ */
+void *deque_peek(const struct deque *d);
+
 /* Any thread.  Number of queued items: a snapshot that may be stale. */
 size_t deque_len(const struct deque *d);
 

@@ -304,6 +304,24 @@ static rok_task *worker_take_remote(struct worker *w)
 	return first;
 }
 
+/*
+ * Starts loading the task that will probably run next (its state word and
+ * the start of its frame), so that its cache misses overlap this poll
+ * instead of stalling the next.  For `timed`: in a storm of sleeps a woken
+ * task waits there behind many others and is out of the cache by its turn
+ * (its first touch was most of task_run's and its poll's cost in
+ * timer_storm; rok-bench's other rows showed no gain for the deque).
+ * NULL: nothing.  A hint: `t` may be taken and freed meanwhile; a
+ * prefetch reads nothing and never faults.
+ */
+static inline void worker_prefetch(const void *t)
+{
+	if (t != NULL) {
+		__builtin_prefetch(t, 1);
+		__builtin_prefetch((const char *)t + 64, 1);
+	}
+}
+
 static rok_task *worker_next(struct worker *w)
 {
 	rok_task *t;
@@ -325,6 +343,7 @@ static rok_task *worker_next(struct worker *w)
 	if (w->timed_polls < WORKER_TIMED_MAX &&
 	    (t = deque_pop(&w->timed)) != NULL) {
 		w->timed_polls++;
+		worker_prefetch(deque_peek(&w->timed));
 		return t;
 	}
 	w->timed_polls = 0;
@@ -337,8 +356,10 @@ static rok_task *worker_next(struct worker *w)
 		    (t = runq_pop(&w->pinned)) != NULL)
 			return t;
 	}
-	if ((t = deque_pop(&w->timed)) != NULL)
+	if ((t = deque_pop(&w->timed)) != NULL) {
+		worker_prefetch(deque_peek(&w->timed));
 		return t;   /* nothing else queued here: no turn to give */
+	}
 	return worker_take_remote(w);
 }
 

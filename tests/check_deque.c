@@ -8,6 +8,7 @@
  *   thieves steal) and pops some; three thieves steal with random max; every
  *   item must be taken exactly once.
  * order: oldest first, steal takes ceil(len/2) capped by max.
+ * peek (in differential and stress): the oldest item, nothing taken.
  * lifecycle: init/done contracts, NULL and zeroed structs, bad arguments.
  *
  * ROK_TEST_SCALE (an integer divisor, default 1) shrinks the op and item
@@ -189,6 +190,11 @@ START_TEST(test_deque_differential)
 		    check_deque_ref_len(&ref),
 		    "seed %" PRIu64 " op %zu: len %zu want %zu", seed, op,
 		    deque_len(&d), check_deque_ref_len(&ref));
+		/* peek shows the oldest item, and takes nothing. */
+		got = deque_peek(&d);
+		CHECK_DEQUE_REQUIRE(ref.tail == ref.head ? got == NULL :
+		    ID(got) == ref.items[ref.head], "seed %" PRIu64
+		    " op %zu: peek %" PRIuPTR, seed, op, ID(got));
 	}
 	/* Drain: what is left comes out in order too. */
 	while ((wn = check_deque_ref_take(&ref, want, 1)) != 0) {
@@ -246,6 +252,11 @@ check_deque_thief_main(void *arg)
 		size_t max = 1 + (size_t)(check_deque_rand(&th->rng) %
 		    CHECK_DEQUE_STEAL_MAX);
 
+		/* A peek races with everyone: NULL or some pushed item. */
+		uintptr_t peeked = ID(deque_peek(&s->d));
+		if (peeked > s->nitems)
+			atomic_fetch_add_explicit(&s->bad, 1,
+			    memory_order_relaxed);
 		n = deque_steal(&s->d, buf, max);
 		for (i = 0; i < n; i++)
 			check_deque_stress_take(s, buf[i]);

@@ -87,7 +87,7 @@ struct exec_job {
 	int pidfd;
 	int outfd[2];               /* our ends of stdout, stderr; -1: closed */
 	int infd;                   /* our end of stdin; -1: none/closed */
-	struct exec_cgroup cg;      /* dir -1: none */
+	struct exec_cgroup cg;      /* procs -1: none */
 	bool reaped;
 	siginfo_t si;
 	/* Waits. */
@@ -150,7 +150,7 @@ static void exec_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 	j->id = tasktab_id(r);
 	j->uid = tasktab_uid(r);
 	j->pidfd = j->infd = -1;
-	j->cg.dir = j->cg.procs = -1;
+	j->cg.procs = j->cg.kill = j->cg.events = -1;
 	j->outfd[0] = j->outfd[1] = -1;
 	j->argv = exec_args_strv(spec->args, spec->n_args);
 	j->env = exec_args_strv(spec->env, spec->n_env);

@@ -375,7 +375,8 @@ static rok_poll exec_await_start(rok_cx *cx, struct exec_job *j)
 /* ---- supervising (worker) ------------------------------------------------ */
 
 /* Closes one of our fds that may have been awaited with `op`: the wait is
- * released first, then the reactor forgets the fd, then it is closed. */
+ * released first, then the fd goes to rok_io_close (no round trip to the
+ * reactor thread: the worker does not wait for its epoll_ctl). */
 static void exec_close(rok_cx *cx, rok_io_op *op, int *fd, bool write)
 {
 	if (*fd < 0)
@@ -384,8 +385,7 @@ static void exec_close(rok_cx *cx, rok_io_op *op, int *fd, bool write)
 	cx->releasing = true;
 	(void)(write ? rok_writable(cx, op, *fd) : rok_readable(cx, op, *fd));
 	cx->releasing = was;
-	rok_io_forget(*fd);
-	close(*fd);
+	rok_io_close(*fd);
 	*fd = -1;
 }
 
@@ -670,8 +670,7 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 		exec_close(cx, &j->io_out[1], &j->outfd[1], false);
 		exec_close(cx, &j->io_in, &j->infd, true);
 		if (j->pidfd >= 0) {
-			rok_io_forget(j->pidfd);
-			close(j->pidfd);
+			rok_io_close(j->pidfd);
 			j->pidfd = -1;
 		}
 		exec_out_done(&j->out);

@@ -180,13 +180,14 @@ static void exec_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 
 /* ---- starting the child (worker) ----------------------------------------- */
 
-/* Our end non-blocking, the child's blocking; both close-on-exec. */
+/* Our end non-blocking, the child's blocking; both close-on-exec.  (A
+ * new pipe end has no status flag but O_NONBLOCK, so clearing the child's
+ * is one F_SETFL of 0, without an F_GETFL first.) */
 static int exec_pipe(int fds[2], int ours)
 {
-	if (pipe2(fds, O_CLOEXEC) != 0)
+	if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
 		return -errno;
-	int fl = fcntl(fds[ours], F_GETFL);
-	if (fl < 0 || fcntl(fds[ours], F_SETFL, fl | O_NONBLOCK) != 0) {
+	if (fcntl(fds[1 - ours], F_SETFL, 0) != 0) {
 		int err = -errno;
 		close(fds[0]);
 		close(fds[1]);

@@ -6,21 +6,30 @@
  * cancel and end.  A cgroup cannot be left without the rights to write to
  * another one.  So when rokd's own cgroup, on a cgroup2 mount, lets it make
  * children and the kernel has cgroup.kill (5.14), each exec task's child
- * joins <rokd's cgroup>/rokd.<rokd's pid>/task.<id> before it drops its
- * credentials (it writes "0" to the cgroup.procs fd opened here), and
- * whenever the task kills its process group with SIGKILL it also writes "1"
- * to the cgroup's cgroup.kill.  Elsewhere (cgroup v1 only, a non-delegated
- * cgroup, an older kernel) this file does nothing and says so once at
- * start; tasks are then held by their process group alone.
+ * joins a cgroup of its own, <rokd's cgroup>/rokd.<rokd's pid>/slot.<n>,
+ * before it drops its credentials (it writes "0" to the cgroup.procs fd
+ * opened here), and whenever the task kills its process group with SIGKILL
+ * it also writes "1" to the cgroup's cgroup.kill.  Elsewhere (cgroup v1
+ * only, a non-delegated cgroup, an older kernel) this file does nothing and
+ * says so once at start; tasks are then held by their process group alone.
+ *
+ * Making and removing a cgroup (mkdir and rmdir, each of which creates or
+ * destroys a directory of control files in the kernel) cost more than
+ * starting `true` does, so cgroups are reused: one whose task ended and
+ * that is empty (its cgroup.events says "populated 0") goes to a pool of
+ * up to CGROUP_POOL, kept open, and the next task takes it from there.  A
+ * cgroup is one task's at a time and empty when a task gets it, which is
+ * all a task needs of it.  cgroup2 cannot rename, hence slot.<n> names
+ * rather than task ids.
  *
  * No controllers are enabled (cgroup.subtree_control is left alone): this
- * is for holding and killing, not for resource limits.  A cgroup is
- * removed when its task ends; one whose killed processes are still exiting
- * (rmdir says EBUSY) is retried at the next task's start and at exit;
- * the directory of a rokd that died without removing its own is killed and
- * removed by the next start (exec_cgroup_sweep: a live rokd holds an
- * flock on its directory, so one in another pid namespace is not taken
- * for dead).
+ * is for holding and killing, not for resource limits.  A cgroup that is
+ * not kept is removed when its task ends; one whose killed processes are
+ * still exiting (rmdir says EBUSY) is retried at the next task's start and
+ * at exit; the directory of a rokd that died without removing its own is
+ * killed and removed by the next start (exec_cgroup_sweep: a live rokd
+ * holds an flock on its directory, so one in another pid namespace is not
+ * taken for dead).
  *
  * Threads: exec_cgroup_init on the main thread; the rest on the worker
  * that runs the task, except exec_cgroup_kill (any thread).
@@ -42,12 +51,16 @@
 #include "rokd.h"
 
 #define CGROUP_PENDING 64
+#define CGROUP_POOL 32
 
 static struct {
 	char *base;                 /* NULL: no cgroups */
 	pthread_mutex_t lock;
-	uint64_t pending[CGROUP_PENDING];   /* ids whose rmdir said EBUSY */
+	uint64_t pending[CGROUP_PENDING];   /* slots whose rmdir said EBUSY */
 	unsigned npending;
+	struct exec_cgroup pool[CGROUP_POOL];   /* empty, open, unused */
+	unsigned npool;
+	uint64_t last;              /* the last slot.<n> made */
 	int own;                    /* base, open and flocked; -1: none */
 } cg = { .lock = PTHREAD_MUTEX_INITIALIZER, .own = -1 };
 
@@ -145,7 +158,9 @@ static int exec_cgroup_clear(const char *base)
 	DIR *d = opendir(base);
 	struct dirent *de;
 	while (d != NULL && (de = readdir(d)) != NULL) {
-		if (strncmp(de->d_name, "task.", 5) == 0)
+		/* (task.<id>: an earlier version's names) */
+		if (strncmp(de->d_name, "slot.", 5) == 0 ||
+		    strncmp(de->d_name, "task.", 5) == 0)
 			(void)unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
 	}
 	if (d != NULL)
@@ -285,72 +300,136 @@ off:
 	         "process group", why);
 }
 
-/* Lock held: removes task id's cgroup, or remembers it for later. */
-static void exec_cgroup_rmdir_locked(uint64_t id)
+/* Lock held: removes cgroup slot.<n>, or remembers it for later. */
+static void exec_cgroup_rmdir_locked(uint64_t n)
 {
 	char path[8192];
 
-	snprintf(path, sizeof(path), "%s/task.%llu", cg.base,
-	         (unsigned long long)id);
+	snprintf(path, sizeof(path), "%s/slot.%llu", cg.base,
+	         (unsigned long long)n);
 	if (rmdir(path) == 0 || errno == ENOENT)
 		return;
 	if (errno == EBUSY && cg.npending < CGROUP_PENDING) {
-		cg.pending[cg.npending++] = id;
+		cg.pending[cg.npending++] = n;
 		return;
 	}
-	log_errno(errno, "task %llu: removing its cgroup %s",
-	          (unsigned long long)id, path);
+	log_errno(errno, "exec: removing the cgroup %s", path);
 }
+
+/* Closes c's fds (NULL-safe on each). */
+static void exec_cgroup_close(struct exec_cgroup *c)
+{
+	int *fd[] = { &c->procs, &c->kill, &c->events };
+
+	for (size_t i = 0; i < sizeof(fd) / sizeof(fd[0]); i++) {
+		if (*fd[i] >= 0)
+			close(*fd[i]);
+		*fd[i] = -1;
+	}
+}
+
+/* Makes cgroup slot.<n> for c (c->n set) and opens its files: 0 or -errno
+ * (-EEXIST: the name is taken). */
+static int exec_cgroup_make(struct exec_cgroup *c)
+{
+	char path[8192];
+	int err = 0;
+
+	snprintf(path, sizeof(path), "%s/slot.%llu", cg.base,
+	         (unsigned long long)c->n);
+	if (mkdir(path, 0755) != 0)
+		return -errno;
+	int dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dir < 0)
+		return -errno;
+	c->procs = openat(dir, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+	c->kill = openat(dir, "cgroup.kill", O_WRONLY | O_CLOEXEC);
+	c->events = openat(dir, "cgroup.events", O_RDONLY | O_CLOEXEC);
+	if (c->procs < 0 || c->kill < 0 || c->events < 0)
+		err = -errno;
+	close(dir);
+	return err;
+}
+
+#define CGROUP_MAKE_TRIES 8
 
 int exec_cgroup_new(uint64_t id, struct exec_cgroup *c)
 {
-	char path[8192];
+	int err = -EEXIST;
 
-	c->procs = c->dir = -1;
+	(void)id;
+	c->procs = c->kill = c->events = -1;
+	c->n = 0;
 	if (cg.base == NULL)
 		return 0;
 	pthread_mutex_lock(&cg.lock);
 	unsigned n = cg.npending;
 	cg.npending = 0;
 	for (unsigned i = 0; i < n; i++)
-		if (cg.pending[i] != id)
-			exec_cgroup_rmdir_locked(cg.pending[i]);
-	pthread_mutex_unlock(&cg.lock);
-	snprintf(path, sizeof(path), "%s/task.%llu", cg.base,
-	         (unsigned long long)id);
-	if (mkdir(path, 0755) != 0 && errno != EEXIST)
-		return -errno;
-	c->dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (c->dir >= 0)
-		c->procs = openat(c->dir, "cgroup.procs", O_WRONLY | O_CLOEXEC);
-	if (c->procs < 0) {
-		int err = -errno;
-		exec_cgroup_done(c, id);
-		return err;
+		exec_cgroup_rmdir_locked(cg.pending[i]);
+	if (cg.npool > 0) {
+		*c = cg.pool[--cg.npool];
+		pthread_mutex_unlock(&cg.lock);
+		return 0;
 	}
-	return 0;
+	pthread_mutex_unlock(&cg.lock);
+	/* A name is taken only if an earlier rokd with this pid left it
+	 * (exec_cgroup_own took its directory over): the next one then. */
+	for (int tries = 0; err == -EEXIST && tries < CGROUP_MAKE_TRIES;
+	     tries++) {
+		pthread_mutex_lock(&cg.lock);
+		c->n = ++cg.last;
+		pthread_mutex_unlock(&cg.lock);
+		err = exec_cgroup_make(c);
+	}
+	if (err < 0) {
+		exec_cgroup_close(c);
+		if (err != -EEXIST)
+			exec_cgroup_done(c, id);   /* removes what it made */
+		c->n = 0;
+	}
+	return err;
 }
 
 void exec_cgroup_kill(const struct exec_cgroup *c)
 {
-	if (c->dir < 0)
+	if (c->kill < 0)
 		return;
-	int fd = openat(c->dir, "cgroup.kill", O_WRONLY | O_CLOEXEC);
-	if (fd < 0 || write(fd, "1", 1) != 1)
+	if (write(c->kill, "1", 1) != 1)
 		log_errno(errno, "exec: cgroup.kill");
-	if (fd >= 0)
-		close(fd);
+}
+
+/* Whether the cgroup has no process left (cgroup.events). */
+static bool exec_cgroup_empty(const struct exec_cgroup *c)
+{
+	char buf[256];
+	ssize_t n = c->events >= 0 ? pread(c->events, buf, sizeof(buf) - 1, 0)
+	                           : -1;
+
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	return strstr(buf, "populated 0\n") != NULL;
 }
 
 void exec_cgroup_done(struct exec_cgroup *c, uint64_t id)
 {
-	if (c->dir < 0)
+	(void)id;
+	if (c->n == 0)
 		return;
-	if (c->procs >= 0)
-		close(c->procs);
-	close(c->dir);
-	c->procs = c->dir = -1;
+	/* Empty now, so empty when the next task gets it: only rokd's
+	 * children join it.  (A process of a task that runs as rokd's own
+	 * user could move itself in, as into any other task's cgroup, and
+	 * dies with the next task that gets it.) */
+	bool keep = c->procs >= 0 && c->kill >= 0 && exec_cgroup_empty(c);
 	pthread_mutex_lock(&cg.lock);
-	exec_cgroup_rmdir_locked(id);
+	if (keep && cg.npool < CGROUP_POOL) {
+		cg.pool[cg.npool++] = *c;
+	} else {
+		exec_cgroup_close(c);
+		exec_cgroup_rmdir_locked(c->n);
+	}
 	pthread_mutex_unlock(&cg.lock);
+	c->procs = c->kill = c->events = -1;
+	c->n = 0;
 }

@@ -598,7 +598,10 @@ void exec_spawn_submit(struct exec_req *r)
 		spawn.head = r;
 	spawn.tail = r;
 	exec_spawn_grow_locked();
-	pthread_cond_broadcast(&spawn.cond);
+	/* One spawner is enough: any may take any request that is eligible,
+	 * and one that is not (its user holds SPAWN_PER_UID spawners) waits
+	 * for one of those to finish, which wakes the others. */
+	pthread_cond_signal(&spawn.cond);
 	pthread_mutex_unlock(&spawn.lock);
 }
 
@@ -728,8 +731,11 @@ static void *exec_spawner_main(void *arg)
 		spawn.busy[me] = false;
 		spawn.idle++;
 		/* This user may hold one spawner fewer: a request of theirs
-		 * may be eligible now. */
-		pthread_cond_broadcast(&spawn.cond);
+		 * may be eligible now.  With nothing queued there is nothing
+		 * to take, and no spawner needs waking (this one looks at the
+		 * queue itself before it waits). */
+		if (spawn.head != NULL)
+			pthread_cond_broadcast(&spawn.cond);
 	}
 	return NULL;
 }

@@ -87,7 +87,7 @@ struct exec_job {
 	int pidfd;
 	int outfd[2];               /* our ends of stdout, stderr; -1: closed */
 	int infd;                   /* our end of stdin; -1: none/closed */
-	struct exec_cgroup cg;      /* dir -1: none */
+	struct exec_cgroup cg;      /* procs -1: none */
 	bool reaped;
 	siginfo_t si;
 	/* Waits. */
@@ -150,7 +150,7 @@ static void exec_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 	j->id = tasktab_id(r);
 	j->uid = tasktab_uid(r);
 	j->pidfd = j->infd = -1;
-	j->cg.dir = j->cg.procs = -1;
+	j->cg.procs = j->cg.kill = j->cg.events = -1;
 	j->outfd[0] = j->outfd[1] = -1;
 	j->argv = exec_args_strv(spec->args, spec->n_args);
 	j->env = exec_args_strv(spec->env, spec->n_env);
@@ -180,13 +180,14 @@ static void exec_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 
 /* ---- starting the child (worker) ----------------------------------------- */
 
-/* Our end non-blocking, the child's blocking; both close-on-exec. */
+/* Our end non-blocking, the child's blocking; both close-on-exec.  (A
+ * new pipe end has no status flag but O_NONBLOCK, so clearing the child's
+ * is one F_SETFL of 0, without an F_GETFL first.) */
 static int exec_pipe(int fds[2], int ours)
 {
-	if (pipe2(fds, O_CLOEXEC) != 0)
+	if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
 		return -errno;
-	int fl = fcntl(fds[ours], F_GETFL);
-	if (fl < 0 || fcntl(fds[ours], F_SETFL, fl | O_NONBLOCK) != 0) {
+	if (fcntl(fds[1 - ours], F_SETFL, 0) != 0) {
 		int err = -errno;
 		close(fds[0]);
 		close(fds[1]);
@@ -375,7 +376,8 @@ static rok_poll exec_await_start(rok_cx *cx, struct exec_job *j)
 /* ---- supervising (worker) ------------------------------------------------ */
 
 /* Closes one of our fds that may have been awaited with `op`: the wait is
- * released first, then the reactor forgets the fd, then it is closed. */
+ * released first, then the fd goes to rok_io_close (no round trip to the
+ * reactor thread: the worker does not wait for its epoll_ctl). */
 static void exec_close(rok_cx *cx, rok_io_op *op, int *fd, bool write)
 {
 	if (*fd < 0)
@@ -384,8 +386,7 @@ static void exec_close(rok_cx *cx, rok_io_op *op, int *fd, bool write)
 	cx->releasing = true;
 	(void)(write ? rok_writable(cx, op, *fd) : rok_readable(cx, op, *fd));
 	cx->releasing = was;
-	rok_io_forget(*fd);
-	close(*fd);
+	rok_io_close(*fd);
 	*fd = -1;
 }
 
@@ -670,8 +671,7 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 		exec_close(cx, &j->io_out[1], &j->outfd[1], false);
 		exec_close(cx, &j->io_in, &j->infd, true);
 		if (j->pidfd >= 0) {
-			rok_io_forget(j->pidfd);
-			close(j->pidfd);
+			rok_io_close(j->pidfd);
 			j->pidfd = -1;
 		}
 		exec_out_done(&j->out);

@@ -175,20 +175,24 @@ size_t exec_orphans_kill(struct exec_orphans_group *g, size_t n);
 
 /* ---- exec-cgroup.c ---------------------------------------------------- */
 
-/* One task's cgroup; both -1 when there is none. */
+/* One task's cgroup; the fds -1 when there is none. */
 struct exec_cgroup {
-	int dir;                    /* the cgroup's directory */
 	int procs;                  /* its cgroup.procs, for the child */
+	int kill;                   /* its cgroup.kill */
+	int events;                 /* its cgroup.events */
+	uint64_t n;                 /* its name: slot.<n> */
 };
 
 /* Main thread, at exec_init: finds out whether rokd can make a cgroup per
  * task, and says which way it is. */
 void exec_cgroup_init(void);
-/* Makes task id's cgroup (nothing when there are none): 0 or -errno. */
+/* A cgroup for task id, empty, reused or new (nothing when there are
+ * none): 0 or -errno. */
 int exec_cgroup_new(uint64_t id, struct exec_cgroup *c);
 /* SIGKILL to every process in the cgroup (cgroup.kill).  Any thread. */
 void exec_cgroup_kill(const struct exec_cgroup *c);
-/* Closes the fds and removes the cgroup (now, or once it is empty). */
+/* Gives the cgroup back: kept for the next task if it is empty, else its
+ * fds closed and it removed (now, or once it is empty). */
 void exec_cgroup_done(struct exec_cgroup *c, uint64_t id);
 
 /* ---- exec-output.c ---------------------------------------------------- */

@@ -41,6 +41,9 @@
  * forget without it would race them (ThreadSanitizer says so, and a file
  * still open elsewhere, by dup or fork, would stay in epoll).  On the
  * reactor thread itself forget applies the queue inline instead.
+ * rok_io_close needs no wait: it queues the entry marked close_fd and the
+ * reactor closes the fd after its epoll_ctl, the number staying taken
+ * (so unusable by another file) until then.
  *
  * Library code must not log, but libevent logs a failed EPOLL_CTL_ADD or
  * _MOD (not a failed DEL).  So the reactor asks fstat() first whether the
@@ -103,6 +106,7 @@ struct reactor_fd {
 	uint8_t ready;                  /* edges not consumed yet: BIT(dir) */
 	uint8_t want;                   /* directions tasks asked to watch */
 	bool dirty;                     /* queued for the reactor to apply */
+	bool close_fd;                  /* rok_io_close: close after apply */
 	uint32_t gen;                   /* bumped by forget / wake_io */
 	rok_waiter *waiters[2];         /* by direction */
 	struct reactor_fd *dirty_next;  /* under reactor.lock */
@@ -431,11 +435,20 @@ static void reactor_apply(struct reactor_fd *e)
 	e->dirty = false;
 	unsigned want = e->want;
 	uint32_t gen = e->gen;
+	bool close_fd = e->close_fd;
+	e->close_fd = false;
 	spin_unlock(&e->lock);
 
 	if (gen != e->have_gen) {
 		reactor_unwatch(e);
 		e->have_gen = gen;
+	}
+	if (close_fd) {
+		/* rok_io_close: out of epoll (above), now the number goes.
+		 * Nobody awaits it (its owner gave it up), so want is 0. */
+		reactor_unwatch(e);
+		close(e->fd);
+		return;
 	}
 	unsigned add = want & ~(unsigned)e->have;
 	if (add == 0)
@@ -653,7 +666,18 @@ void reactor_stop(void)
 	pthread_cond_broadcast(&reactor.applied_cond);
 	reactor_teardown_locked();
 	/* Calls queued after the last turn cannot exist: reactor_call refuses
-	 * once `stopping` is set, and the last turn took everything before. */
+	 * once `stopping` is set, and the last turn took everything before.
+	 * Entries it did not apply are dropped, but an fd handed over by
+	 * rok_io_close is still closed (its events are gone with the base). */
+	for (struct reactor_fd *e = reactor.dirty; e != NULL;
+	     e = e->dirty_next) {
+		spin_lock(&e->lock);
+		bool close_fd = e->close_fd;
+		e->close_fd = false;
+		spin_unlock(&e->lock);
+		if (close_fd)
+			close(e->fd);
+	}
 	reactor.dirty = NULL;
 	pthread_mutex_unlock(&reactor.lock);
 }
@@ -874,6 +898,57 @@ static void reactor_reset(int fd)
 	while (reactor.applied < mine)
 		pthread_cond_wait(&reactor.applied_cond, &reactor.lock);
 	pthread_mutex_unlock(&reactor.lock);
+}
+
+void rok_io_close(int fd)
+{
+	if (fd < 0)
+		return;
+	if (fd >= REACTOR_FD_MAX) {
+		close(fd);
+		return;
+	}
+	pthread_mutex_lock(&reactor.lock);
+	struct reactor_fd *e = reactor_fd_find(fd);
+	/* The reactor thread itself, or no reactor: rok_io_forget's way,
+	 * which does not wait there. */
+	if (e == NULL || reactor_tls_on_thread ||
+	    atomic_load_explicit(&reactor.state, memory_order_relaxed) !=
+	            REACTOR_RUNNING) {
+		pthread_mutex_unlock(&reactor.lock);
+		reactor_reset(fd);
+		close(fd);
+		return;
+	}
+	spin_lock(&e->lock);
+	bool watched = e->want != 0;
+	bool waiting = e->waiters[0] != NULL || e->waiters[1] != NULL;
+	/* As in reactor_reset: the reactor may still touch fd if the entry
+	 * is queued or another one is being applied. */
+	bool busy = watched || waiting || e->dirty ||
+	            reactor.applied != reactor.queued;
+	bool push = false;
+	e->ready = 0;
+	if (watched || waiting)
+		e->gen++;
+	e->want = 0;
+	if (busy) {
+		/* The reactor closes it once its epoll_ctl is done: until
+		 * then the number is taken, so nothing can race it. */
+		e->close_fd = true;
+		push = !e->dirty;
+		e->dirty = true;
+	}
+	spin_unlock(&e->lock);
+	if (push)
+		reactor_push_locked(e);
+	if (waiting) {
+		reactor_wake_dir(e, REACTOR_IN, 0);
+		reactor_wake_dir(e, REACTOR_OUT, 0);
+	}
+	pthread_mutex_unlock(&reactor.lock);
+	if (!busy)
+		close(fd);
 }
 
 void rok_wake_io(int fd)

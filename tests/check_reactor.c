@@ -22,6 +22,9 @@
  *                number says -EBADF; after shutdown both directions wake.
  * forget:        rok_io_forget(fd) before close(fd): a new pipe that gets
  *                the same numbers is watched afresh.
+ * close:         rok_io_close(fd), watched or not: the number is closed by
+ *                the reactor's next turn (or the stop), and a new pipe that
+ *                gets it is watched afresh.
  * errors:        fd -1 and 2^24 are refused at once, a regular file says
  *                -EPERM: each await is ready with op->err set.
  * thousand:      1,000 tasks each awaiting their own pipe all wake and
@@ -753,6 +756,52 @@ START_TEST(test_reactor_forget)
 }
 END_TEST
 
+/* ---- close ------------------------------------------------------------ */
+
+/* Whether fd is a closed number. */
+static bool crx_closed(int fd)
+{
+	return fcntl(fd, F_GETFD) == -1 && errno == EBADF;
+}
+
+START_TEST(test_reactor_close)
+{
+	int64_t base = crx_start();
+	int p[2], q[2];
+
+	crx_pipe(p);
+	crx_put(p[1], '1');
+	ck_assert_int_eq(crx_result(crx_spawn_reader(p[0])), '1');
+	/* Watched, with a pending edge: the reactor closes it after taking
+	 * it out of epoll, by the next turn (the barrier's). */
+	crx_put(p[1], '2');
+	crx_barrier();
+	rok_io_close(p[0]);
+	crx_barrier();
+	ck_assert(crx_closed(p[0]));
+	/* Never awaited: closed too. */
+	rok_io_close(p[1]);
+	crx_barrier();
+	ck_assert(crx_closed(p[1]));
+
+	crx_pipe(q);
+	ck_assert_int_eq(q[0], p[0]);       /* the lowest numbers come back */
+	rok_task *r = crx_spawn_reader(q[0]);
+	crx_wait_regs(base + 1);
+	crx_barrier();
+	ck_assert(!rok_task_is_finished(r));  /* no stale readiness */
+	crx_put(q[1], '3');
+	ck_assert_int_eq(crx_result(r), '3');
+
+	rok_io_close(q[0]);
+	rok_io_close(q[1]);
+	crx_stop();
+	/* After the stop nothing is left half-closed. */
+	ck_assert(crx_closed(q[0]));
+	ck_assert(crx_closed(q[1]));
+}
+END_TEST
+
 /* ---- errors ----------------------------------------------------------- */
 
 START_TEST(test_reactor_errors)
@@ -1075,6 +1124,7 @@ static Suite *crx_suite(void)
 	test_add(s, "cancel", test_reactor_cancel, 0, 30);
 	test_add(s, "wake_io", test_reactor_wake_io, 0, 30);
 	test_add(s, "forget", test_reactor_forget, 0, 30);
+	test_add(s, "close", test_reactor_close, 0, 30);
 	test_add(s, "errors", test_reactor_errors, 0, 30);
 	test_add(s, "thousand", test_reactor_thousand, 0, 30);
 	test_add(s, "call", test_reactor_call, 0, 30);

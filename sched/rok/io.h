@@ -23,7 +23,8 @@
  * count as both readable and writable.
  *
  * The reactor watches an fd from the first await on it until rok_io_forget()
- * or rok_wake_io(), whichever comes first; it does not notice close().  So:
+ * or rok_wake_io() (or rok_io_close()), whichever comes first; it does not
+ * notice close().  So:
  *
  *   - An fd that was ever awaited must be forgotten when it is closed, or a
  *     later file that gets the same number may never wake its waiters.
@@ -102,6 +103,18 @@ void rok_wake_io(int fd);
  * Any thread.
  */
 void rok_io_forget(int fd);
+
+/*
+ * rok_io_forget(fd) and close(fd) without the wait: when the reactor may
+ * still touch fd, it is handed to the reactor thread, which closes it once
+ * fd is out of epoll (the number stays taken until then, so nothing can
+ * race it), and the caller goes on at once; otherwise it is closed here.
+ * For the owner of an fd that no task waits on any more (one that still
+ * does is woken, as by rok_wake_io()).  fd belongs to the call from then
+ * on; close's result is not reported (see close(2): the fd is gone either
+ * way).  Any thread.
+ */
+void rok_io_close(int fd);
 
 #ifdef __cplusplus
 }

@@ -95,6 +95,9 @@ static int request_spec(const rok_spec *spec, Rok__V1__TaskSpec *m,
 	m->not_before_us = spec->not_before_us;
 	m->retry_failed = spec->retry_failed;
 	m->backoff_ms = spec->backoff_ms;
+	m->cpus = spec->cpus;
+	m->mem_mib = spec->mem_mib;
+	m->time_limit_ms = spec->time_limit_ms;
 	*bufs = v;
 	return 0;
 }

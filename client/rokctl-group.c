@@ -1,6 +1,6 @@
 /*
  * rokctl-group.c — `rokctl group list|add|set|rm|pause|resume [NAME]
- * [--parallel N] [--policy strict|weighted] [--backend local]
+ * [--parallel N] [--policy strict|weighted] [--backend local|slurm]
  * [--weights U,H,N,L]`: the daemon's groups (DESIGN §3).
  *
  * The options may come before the operation or after NAME (`group add
@@ -21,7 +21,7 @@ static const struct rokctl_opt group_opts[] = {
 	  "add, set: tasks running at once (0: no limit)" },
 	{ KEY_POLICY, 0, "policy", "POLICY",
 	  "add, set: strict (default) or weighted" },
-	{ KEY_BACKEND, 0, "backend", "BACKEND", "add, set: local" },
+	{ KEY_BACKEND, 0, "backend", "BACKEND", "add, set: local or slurm" },
 	{ KEY_WEIGHTS, 0, "weights", "U,H,N,L",
 	  "add, set: weighted shares of urgent,high,normal,low (1..1000)" },
 	{ KEY_NONE, 0, NULL, NULL, NULL }
@@ -103,14 +103,8 @@ static int group_spec(struct rokctl *ctx, const struct group_vals *v,
 	    (g->policy = rok_policy_parse(v->val[KEY_POLICY])) < 0)
 		return rokctl_usage(ctx, "--policy wants strict or weighted, "
 				    "not '%s'", v->val[KEY_POLICY]);
-	if (v->val[KEY_BACKEND] != NULL) {
-		if (strcmp(v->val[KEY_BACKEND], "slurm") == 0)
-			return rokctl_err(ctx, ROKCTL_EXIT_USAGE, "--backend "
-					  "slurm is not available yet: this "
-					  "rokd runs groups on the local "
-					  "machine only (--backend local)");
+	if (v->val[KEY_BACKEND] != NULL)
 		g->backend = v->val[KEY_BACKEND];
-	}
 	if (v->val[KEY_WEIGHTS] != NULL) {
 		const char *p = v->val[KEY_WEIGHTS];
 		for (int c = 0; c < 4; c++) {

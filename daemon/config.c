@@ -82,6 +82,7 @@ void config_defaults(struct config *c)
 	c->watch_lag_max = 16384;
 	c->max_task_output = 64ull << 20;
 	c->kill_grace_ms = 5000;
+	c->slurm_poll_interval_ms = 1000;
 	/* journal */
 	c->durability_full = true;
 	c->keep_finished = 1000000;
@@ -221,6 +222,8 @@ static int config_set(struct config *c, const char *key, const char *v,
 		CFG_DNS("keep_finished_for", keep_finished_for_ns),
 		/* scheduling */
 		CFG_DNS("aging", aging_ns),
+		/* slurm groups */
+		CFG_D("slurm_poll_interval", slurm_poll_interval_ms),
 #undef CFG_DNS
 #undef CFG_D
 #undef CFG_U

@@ -129,14 +129,10 @@ void group_settings_of(const struct group *g, struct group_settings *s)
 int group_settings_check(const struct group_settings *s, char *err,
                          size_t len)
 {
-	if (s->has_backend && strcmp(s->backend, "local") != 0) {
-		if (strcmp(s->backend, "slurm") == 0)
-			snprintf(err, len, "backend slurm is not available yet: "
-			         "this rokd runs groups on the local machine only "
-			         "(backend local)");
-		else
-			snprintf(err, len, "unknown backend \"%s\" (local)",
-			         s->backend);
+	if (s->has_backend && strcmp(s->backend, "local") != 0 &&
+	    strcmp(s->backend, "slurm") != 0) {
+		snprintf(err, len, "unknown backend \"%s\" (local, slurm)",
+		         s->backend);
 		return -1;
 	}
 	if (s->has_policy && s->policy != QPOLICY_STRICT &&

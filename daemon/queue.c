@@ -134,6 +134,17 @@ bool queue_group_exists(const uint8_t *name, size_t len)
 	return ok;
 }
 
+bool queue_group_slurm(const TaskSpec *spec)
+{
+	queue_lock();
+	struct group *g = spec->group.len == 0
+	        ? group_find("default", 7)
+	        : group_find((const char *)spec->group.data, spec->group.len);
+	bool slurm = g != NULL && strcmp(g->backend, "slurm") == 0;
+	queue_unlock();
+	return slurm;
+}
+
 int queue_submit(const TaskSpec *spec, uid_t uid, struct qticket **out)
 {
 	struct qticket *t = calloc(1, sizeof(*t));

@@ -1013,6 +1013,13 @@ int tasktab_cancel(uint64_t id, uid_t uid)
 	return code;
 }
 
+void tasktab_set_kind(struct rtask *r, const struct kind *k)
+{
+	pthread_mutex_lock(&tab.lock);
+	r->kind = k;
+	pthread_mutex_unlock(&tab.lock);
+}
+
 void tasktab_set_ctl(struct rtask *r, void *ctl)
 {
 	pthread_mutex_lock(&tab.lock);

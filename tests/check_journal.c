@@ -238,9 +238,9 @@ START_TEST(schema_migrates_1_to_4)
 		"PRAGMA application_id = 0x524f4b4a; PRAGMA user_version = 1",
 		NULL, NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
-	ck_assert_int_eq(JOURNAL_SCHEMA_VERSION, 4);
+	ck_assert_int_eq(JOURNAL_SCHEMA_VERSION, 5);
 	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
-	ck_assert_int_eq(jquery("PRAGMA user_version"), 4);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), 5);
 	ck_assert_int_eq(jquery("SELECT count(*) FROM groups"), 0);
 	ck_assert_int_eq(jquery("SELECT count(*) FROM pragma_table_info('tasks')"
 	                        " WHERE name IN ('pgid', 'pg_start')"), 2);
@@ -250,10 +250,12 @@ START_TEST(schema_migrates_1_to_4)
 	                 RT_RUNNING);
 	ck_assert_int_eq(jquery("SELECT pgid IS NULL AND pg_start IS NULL "
 	                        "FROM tasks WHERE id = 7"), 1);
+	ck_assert_int_eq(jquery("SELECT slurm_job IS NULL FROM tasks "
+	                        "WHERE id = 7"), 1);
 	ck_assert_int_eq(jquery("SELECT value FROM meta WHERE key = 'max_id'"), 7);
-	/* Migrated once: a second open finds version 4 and changes nothing. */
+	/* Migrated once: a second open finds version 5 and changes nothing. */
 	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
-	ck_assert_int_eq(jquery("PRAGMA user_version"), 4);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), 5);
 	jcleanup();
 }
 END_TEST

@@ -240,6 +240,11 @@ typedef struct rok_spec {
 	uint64_t not_before_us;    /* wall clock, µs since the epoch; 0: now */
 	uint32_t retry_failed;     /* more runs after a failure */
 	uint64_t backoff_ms;       /* before retry k: backoff_ms * 2^(k-1) */
+	/* An exec task of a slurm group: its job's resources; 0: Slurm's
+	 * default. */
+	uint32_t cpus;
+	uint64_t mem_mib;
+	uint64_t time_limit_ms;    /* Slurm's limit, whole minutes (up) */
 } rok_spec;
 
 /*

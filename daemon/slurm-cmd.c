@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,9 +26,13 @@
 
 extern char **environ;
 
+/* Found once, under the lock; a path never changes once set. */
+static pthread_mutex_t slurm_cmd_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *slurm_cmd_find(int k, const char *name);
+
 const char *slurm_cmd_path(const char *name)
 {
-	static char paths[3][256];
 	static const char *const names[3] = { "sbatch", "squeue", "scancel" };
 	int k = -1;
 
@@ -36,7 +41,17 @@ const char *slurm_cmd_path(const char *name)
 			k = i;
 	if (k < 0)
 		return NULL;
-	/* Racy only in that two threads may both write the same path. */
+	pthread_mutex_lock(&slurm_cmd_lock);
+	const char *p = slurm_cmd_find(k, name);
+	pthread_mutex_unlock(&slurm_cmd_lock);
+	return p;
+}
+
+/* Lock held. */
+static const char *slurm_cmd_find(int k, const char *name)
+{
+	static char paths[3][256];
+
 	if (paths[k][0] != '\0')
 		return paths[k];
 	const char *path = getenv("PATH");

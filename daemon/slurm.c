@@ -9,7 +9,11 @@
  * cluster's next upgrade; the commands' options and --parsable output are
  * stable.  The price, a fork and exec per call, is paid once per
  * submission and once per interval for all jobs together (slurm-watch.c),
- * which is small next to a batch job's own start.
+ * which is small next to a batch job's own start.  bench/slurm-compare
+ * (single-node test cluster, loaded 2-core machine, 2026-12-01): 200
+ * `true` jobs took 21.2 s through a rok Slurm group against 20.2 s as 200
+ * direct `sbatch --wrap true` (ratio 1.05), and rokd spent 5.2 ms of CPU
+ * per job (its fork + exec of sbatch, the squeues, the journal).
  *
  * A task: kind_spawn hands an exec spec of a slurm group here.  Its body
  * submits the job on the blocking pool (as the task's user: rokd as root

@@ -311,9 +311,81 @@ int print_outcome(const rok_task_info *t, size_t n)
 	return rc;
 }
 
+/* The upper bound of the bucket holding quantile q (percent) of h, as
+ * "<=250us", or ">LAST" past the last bound; "-" for no observation. */
+static void stats_quantile(const rok_histogram *h, unsigned q, char *buf,
+			   size_t len)
+{
+	uint64_t want, seen = 0;
+
+	if (h->count == 0 || h->n_bounds == 0) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	/* Rounded up, at least 1: the q-th percent observation. */
+	want = h->count / 100 * q + (h->count % 100 * q + 99) / 100;
+	if (want == 0)
+		want = 1;
+	for (size_t i = 0; i < h->n_bounds; i++) {
+		seen += h->counts[i];
+		if (seen >= want) {
+			snprintf(buf, len, "<=%lluus",
+				 (unsigned long long)h->bounds_us[i]);
+			return;
+		}
+	}
+	snprintf(buf, len, ">%lluus",
+		 (unsigned long long)h->bounds_us[h->n_bounds - 1]);
+}
+
+/* "NAME count N sum_us S p50 <=B p99 <=B" */
+static void stats_hist_line(const char *name, const rok_histogram *h)
+{
+	char p50[32], p99[32];
+
+	stats_quantile(h, 50, p50, sizeof(p50));
+	stats_quantile(h, 99, p99, sizeof(p99));
+	printf("%-17s count %llu sum_us %llu p50 %s p99 %s\n", name,
+	       (unsigned long long)h->count, (unsigned long long)h->sum_us,
+	       p50, p99);
+}
+
+/* "NAME": {"count", "sum_us", "bounds_us": [...], "counts": [...]}, counts
+ * with one entry more than bounds_us (those above the last bound). */
+static void stats_hist_json(struct json_obj *o, const char *name,
+			    const rok_histogram *h)
+{
+	struct json_obj j;
+
+	json_key(o, name);
+	json_begin(&j, stdout);
+	json_u64(&j, "count", h->count);
+	json_u64(&j, "sum_us", h->sum_us);
+	json_key(&j, "bounds_us");
+	putc('[', stdout);
+	for (size_t i = 0; i < h->n_bounds; i++)
+		printf("%s%llu", i > 0 ? "," : "",
+		       (unsigned long long)h->bounds_us[i]);
+	putc(']', stdout);
+	json_key(&j, "counts");
+	putc('[', stdout);
+	for (size_t i = 0; h->n_bounds > 0 && i <= h->n_bounds; i++)
+		printf("%s%llu", i > 0 ? "," : "",
+		       (unsigned long long)h->counts[i]);
+	putc(']', stdout);
+	fputc('}', stdout);
+}
+
 void print_stats(struct rokctl *ctx, const rok_daemon_stats *s,
 		 const rok_group *groups, size_t n_groups)
 {
+	/* Tasks that entered each state since rokd started. */
+	const int total_states[] = {
+		ROK_TASK_QUEUED, ROK_TASK_RUNNING, ROK_TASK_SUCCEEDED,
+		ROK_TASK_FAILED, ROK_TASK_CANCELLED, ROK_TASK_TIMED_OUT,
+		ROK_TASK_INTERRUPTED,
+	};
+	const size_t ntotal = sizeof(total_states) / sizeof(total_states[0]);
 	const struct { const char *name; uint64_t v; } u[] = {
 		{ "workers", s->workers },
 		{ "blocking_threads", s->blocking_threads },
@@ -331,6 +403,7 @@ void print_stats(struct rokctl *ctx, const rok_daemon_stats *s,
 		{ "steals", s->steals },
 		{ "parks", s->parks },
 		{ "handoffs", s->handoffs },
+		{ "output_bytes", s->output_bytes },
 	};
 	size_t n = sizeof(u) / sizeof(u[0]);
 
@@ -341,6 +414,17 @@ void print_stats(struct rokctl *ctx, const rok_daemon_stats *s,
 		for (size_t i = 0; i < n; i++)
 			json_u64(&o, u[i].name, u[i].v);
 		json_i64(&o, "registrations", s->registrations);
+		/* "tasks_total": {"queued": N, ...}: entered since start. */
+		struct json_obj tt;
+		json_key(&o, "tasks_total");
+		json_begin(&tt, stdout);
+		for (size_t i = 0; i < ntotal; i++)
+			json_u64(&tt, rok_state_name(total_states[i]),
+				 s->tasks_total[total_states[i]]);
+		fputc('}', stdout);
+		stats_hist_json(&o, "spawn_to_start", &s->spawn_to_start);
+		stats_hist_json(&o, "run_time", &s->run_time);
+		stats_hist_json(&o, "journal_commit", &s->journal_commit);
 		/* "groups": [{"name", "parallel", "running", "queued":
 		 * {"urgent": N, ...}, "paused", "policy"}, ...] */
 		json_key(&o, "groups");
@@ -372,6 +456,15 @@ void print_stats(struct rokctl *ctx, const rok_daemon_stats *s,
 	for (size_t i = 0; i < n; i++)
 		printf("%-17s %llu\n", u[i].name, (unsigned long long)u[i].v);
 	printf("%-17s %lld\n", "registrations", (long long)s->registrations);
+	/* tasks_total queued Q running R succeeded S ... (since start) */
+	printf("%-17s", "tasks_total");
+	for (size_t i = 0; i < ntotal; i++)
+		printf(" %s %llu", rok_state_name(total_states[i]),
+		       (unsigned long long)s->tasks_total[total_states[i]]);
+	putchar('\n');
+	stats_hist_line("spawn_to_start", &s->spawn_to_start);
+	stats_hist_line("run_time", &s->run_time);
+	stats_hist_line("journal_commit", &s->journal_commit);
 	/* group NAME running R/LIMIT queued U/H/N/L (urgent/high/normal/low) */
 	for (size_t i = 0; i < n_groups; i++) {
 		const rok_group *g = &groups[i];

@@ -1,6 +1,7 @@
 /*
  * rokctl-stats.c — `rokctl stats`: the daemon's counters (workers, tasks
- * by state, scheduler counters), one "name value" line each, then one
+ * by state, scheduler counters), one "name value" line each, the
+ * metrics' tasks_total and histograms (rokctl-print.c), then one
  * "group NAME running R/LIMIT queued U/H/N/L" line per group; or one JSON
  * object with --json (groups in "groups"); or with --prometheus the
  * Prometheus text format (the library formats it, as rokd does for

@@ -7,8 +7,12 @@
  * (cmd_group_admin), because each writes the journal's groups table
  * (group_store: an fsync) before it changes the group in memory and
  * answers.  In steps, each under queue.c's lock: look the group up and
- * decide (RM marks it `removing`, so no task enters it meanwhile); write
- * the row; apply.  A write that fails changes nothing in memory.
+ * decide (RM marks it `removing`, so no task enters it meanwhile); for RM,
+ * count the group's unfinished tasks in the task table (those waiting in
+ * the gate hold no ticket yet) and refuse if there are any; write the
+ * row; apply.  A write that fails changes nothing in memory.  A spawn
+ * checked just before `removing` was set may still be started after the
+ * rm: it fails then, "its group does not exist".
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -146,6 +150,20 @@ static void *cmd_group_run(void *arg)
 	code = cmd_group_decide(j, &row, err, sizeof(err));
 	queue_unlock();
 	bool rm = j->op == ROK__V1__GROUP_REQUEST__OP__RM;
+	/* Tasks of the group still in the gate hold no ticket yet; with
+	 * `removing` set no new one is accepted (kind_check), so this
+	 * count after it sees them all. */
+	uint64_t gated = code == 0 && rm ? tasktab_group_unfinished(j->name)
+	                                 : 0;
+	if (gated > 0) {
+		snprintf(err, sizeof(err), "group %s has %llu queued or running "
+		         "tasks: cancel them or let them end first", j->name,
+		         (unsigned long long)gated);
+		code = ROK__V1__ERROR_CODE__INVALID_ARGUMENT;
+		queue_lock();
+		group_find(j->name, strlen(j->name))->removing = false;
+		queue_unlock();
+	}
 	if (code == 0 &&
 	    group_store(j->name, rm ? NULL : &row, err, sizeof(err)) < 0) {
 		code = ROK__V1__ERROR_CODE__UNAVAILABLE;

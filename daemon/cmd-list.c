@@ -22,7 +22,7 @@ struct list_job {
 	uint64_t after;
 	size_t limit;
 	size_t group_len;           /* 0: any group */
-	uint8_t group[GROUP_NAME_MAX];
+	char group[GROUP_NAME_MAX + 1];
 };
 
 /* Blocking pool: answers the request and frees the job. */
@@ -40,12 +40,9 @@ static void *list_run(void *arg)
 		free(j);
 		return NULL;
 	}
-	size_t n = j->group_len > 0
-	        ? tasktab_list_group(j->uid, j->state, j->group, j->group_len,
-	                             j->after, j->limit,
-	                             tasktab_reply_budget(), infos, &more)
-	        : tasktab_list(j->uid, j->state, j->after, j->limit,
-	                       tasktab_reply_budget(), infos, &more);
+	size_t n = tasktab_list(j->uid, j->state,
+	                        j->group_len > 0 ? j->group : NULL, j->after,
+	                        j->limit, tasktab_reply_budget(), infos, &more);
 	if (n == 0 && more) {
 		/* Not even one task fits: paging cannot get past it. */
 		reply_post_error(j->conn, j->req_id,

@@ -23,13 +23,18 @@
  *
  * Wake-ups: while any follower exists, logs subscribes to the task events
  * (events.c): output appended to a task, and its end.
- * Each pumps that task's followers.  A new follower subscribes first and
+ * Each pumps that task's followers (every follower for EVENTS_ANY_TASK,
+ * which stands for output events events.c dropped).  A new follower subscribes first and
  * then reads the file and the task's state (events.c says why that order
  * misses nothing).
  *
  * The file is read on the reactor thread (pread of the page cache, at most
  * logs_batch() bytes per reply); records cut short at the end of the file
- * (being written) are left for the next pump.
+ * (being written) are left for the next pump.  The journal is not: a task
+ * no longer in memory (finished long ago, or before a restart) is looked
+ * up, and its final TaskInfo read, in the blocking pool (conn_offload),
+ * which answers an error itself or hands the stream back to this thread;
+ * the offload's wait is the stream's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +43,7 @@
 #include <unistd.h>
 
 #include "exec.h"
+#include "reactor.h"
 #include "rokd.h"
 
 #define LOGS_BATCH (EXEC_REC_MAX + EXEC_REC_HDR)
@@ -63,6 +69,8 @@ struct follower {
 	bool follow;
 	int fd;                      /* the output file; -1: not open yet */
 	off_t off;                   /* next record to send */
+	bool has_final;              /* final: the journal's, for the end */
+	TaskInfo final;
 	struct follower *prev, *next;
 };
 
@@ -86,6 +94,8 @@ static void logs_remove(struct follower *f)
 	events_unsubscribe(logs_event_cb, LOGS_EVENTS);
 	if (f->fd >= 0)
 		close(f->fd);
+	if (f->has_final)
+		tasktab_info_free(&f->final);
 	quota_give(f->uid, QUOTA_FOLLOWERS);
 	free(f);
 }
@@ -97,7 +107,12 @@ static void logs_end(struct follower *f)
 	Rok__V1__LogsReply lr = ROK__V1__LOGS_REPLY__INIT;
 	TaskInfo info;
 
-	tasktab_info(f->task_id, conn_uid(f->conn), &info);
+	if (f->has_final) {
+		info = f->final;   /* taken over */
+		f->has_final = false;
+	} else {
+		tasktab_info(f->task_id, conn_uid(f->conn), &info);
+	}
 	lr.end = true;
 	lr.task = &info;
 	resp.id = f->req_id;
@@ -195,7 +210,8 @@ static void logs_event_cb(const struct events_ev *ev)
 {
 	for (struct follower *f = logs.head, *next; f != NULL; f = next) {
 		next = f->next;   /* logs_pump frees only f */
-		if (f->task_id == ev->id)
+		if (f->task_id == ev->id || (ev->kind == EVENTS_OUTPUT &&
+		                             ev->id == EVENTS_ANY_TASK))
 			logs_pump(f);
 	}
 }
@@ -216,49 +232,132 @@ static const struct conn_stream_ops logs_ops = {
 	.closed = logs_closed,
 };
 
-void cmd_logs(struct conn *c, const Request *req)
+static const char *logs_why(int code)
 {
-	const Rok__V1__LogsRequest *lr = req->logs;
-	rok_task *handle;
+	return code == ROK__V1__ERROR_CODE__PERMISSION_DENIED
+	       ? "task belongs to another user" : "no such task";
+}
 
-	/* The answer of the lookup itself, which allocates nothing: no
-	 * failure of an allocation can let another user's output through. */
-	int code = tasktab_lookup(lr->task_id, conn_uid(c), &handle);
-	rok_task_unref(handle);
-	if (code != 0) {
-		conn_send_error(c, req->id, (ErrorCode)code, "%s",
-		                code == ROK__V1__ERROR_CODE__PERMISSION_DENIED
-		                        ? "task belongs to another user"
-		                        : "no such task");
-		return;
-	}
-	if (!conn_begin_wait(c, req->id))
-		return;   /* answered: too many requests in flight */
+/*
+ * Starts the stream of a request counted as a wait already (its own
+ * conn_begin_wait, or the offload's).  final: the journal's TaskInfo of a
+ * task no longer in memory, taken over (freed here on failure), or NULL.
+ */
+static void logs_begin(struct conn *c, uint64_t req_id, uint64_t task_id,
+                       bool follow, TaskInfo *final)
+{
 	if (!quota_take(conn_uid(c), QUOTA_FOLLOWERS)) {
 		char msg[160];
 		quota_explain(conn_uid(c), QUOTA_FOLLOWERS, msg, sizeof(msg));
-		reply_post_error(c, req->id,
+		reply_post_error(c, req_id,
 		                 ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED, msg);
+		if (final != NULL)
+			tasktab_info_free(final);
 		return;
 	}
 	struct follower *f = calloc(1, sizeof(*f));
 	if (f == NULL || events_subscribe(logs_event_cb, LOGS_EVENTS) < 0) {
 		free(f);
 		quota_give(conn_uid(c), QUOTA_FOLLOWERS);
-		reply_post_error(c, req->id, ROK__V1__ERROR_CODE__INTERNAL,
+		reply_post_error(c, req_id, ROK__V1__ERROR_CODE__INTERNAL,
 		                 "out of memory");
+		if (final != NULL)
+			tasktab_info_free(final);
 		return;
 	}
 	f->conn = c;
 	f->uid = conn_uid(c);
-	f->req_id = req->id;
-	f->task_id = lr->task_id;
-	f->follow = lr->follow;
+	f->req_id = req_id;
+	f->task_id = task_id;
+	f->follow = follow;
 	f->fd = -1;
+	if (final != NULL) {
+		f->final = *final;
+		f->has_final = true;
+	}
 	f->next = logs.head;
 	if (logs.head != NULL)
 		logs.head->prev = f;
 	logs.head = f;
 	conn_stream_add(c, &f->stream, &logs_ops);
 	logs_pump(f);   /* subscribed before reading: see the top */
+}
+
+/* A logs request for a task no longer in memory, in the blocking pool. */
+struct logs_job {
+	struct conn *conn;
+	uint64_t req_id, task_id;
+	uid_t uid;
+	bool follow;
+	TaskInfo info;
+};
+
+/* Reactor thread: the journal said yes; the stream starts. */
+static void logs_begin_cb(void *arg)
+{
+	struct logs_job *j = arg;
+
+	logs_begin(j->conn, j->req_id, j->task_id, j->follow, &j->info);
+	free(j);
+}
+
+/* Blocking pool: answers an error, or hands the stream to the reactor. */
+static void *logs_lookup_run(void *arg)
+{
+	struct logs_job *j = arg;
+	rok_task *handle;
+
+	/* The answer of the lookup itself, which allocates nothing: no
+	 * failure of an allocation can let another user's output through. */
+	int code = tasktab_lookup(j->task_id, j->uid, &handle);
+	rok_task_unref(handle);
+	if (code != 0) {
+		reply_post_error(j->conn, j->req_id, (ErrorCode)code,
+		                 logs_why(code));
+		free(j);
+		return NULL;
+	}
+	tasktab_info(j->task_id, j->uid, &j->info);
+	int err = reactor_call(logs_begin_cb, j);
+	if (err < 0) {
+		tasktab_info_free(&j->info);
+		reply_post_error(j->conn, j->req_id,
+		                 ROK__V1__ERROR_CODE__UNAVAILABLE,
+		                 "rokd is stopping");
+		free(j);
+	}
+	return NULL;
+}
+
+void cmd_logs(struct conn *c, const Request *req)
+{
+	const Rok__V1__LogsRequest *lr = req->logs;
+	int code;
+
+	if (!tasktab_lookup_mem(lr->task_id, conn_uid(c), &code)) {
+		/* Only the journal knows: off this thread (see the top). */
+		struct logs_job *j = calloc(1, sizeof(*j));
+		if (j == NULL) {
+			conn_send_error(c, req->id,
+			                ROK__V1__ERROR_CODE__INTERNAL,
+			                "out of memory");
+			return;
+		}
+		j->conn = c;
+		j->req_id = req->id;
+		j->task_id = lr->task_id;
+		j->uid = conn_uid(c);
+		j->follow = lr->follow;
+		if (conn_offload(c, req->id, logs_lookup_run, j) < 0)
+			free(j);
+		return;
+	}
+	if (code != 0) {
+		conn_send_error(c, req->id, (ErrorCode)code, "%s",
+		                logs_why(code));
+		return;
+	}
+	if (!conn_begin_wait(c, req->id))
+		return;   /* answered: too many requests in flight */
+	logs_begin(c, req->id, lr->task_id, lr->follow, NULL);
 }

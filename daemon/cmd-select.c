@@ -159,6 +159,8 @@ void cmd_select(struct conn *c, const Request *req)
 			                  s->specs[i]->kind.len)->name,
 			.spec = p->task[i].spec, .spec_len = p->task[i].spec_len,
 			.spawned_us = tasktab_spawned_us(p->task[i].rec),
+			.group = s->specs[i]->group.data,
+			.group_len = s->specs[i]->group.len,
 		};
 	}
 	int e = journal_spawn(items, n, select_done, p);

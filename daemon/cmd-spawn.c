@@ -180,6 +180,8 @@ void cmd_spawn(struct conn *c, const Request *req)
 		.kind = kind_find(sp->spec->kind.data, sp->spec->kind.len)->name,
 		.spec = p->spec, .spec_len = p->spec_len,
 		.spawned_us = tasktab_spawned_us(p->rec),
+		.group = sp->spec->group.data,
+		.group_len = sp->spec->group.len,
 	};
 	int e = journal_spawn(&item, 1, cmd_spawn_done, p);
 	if (e < 0) {

@@ -24,9 +24,13 @@
  * With ids, every id's end is reported exactly once (a bit per id, kept
  * across fresh snapshots) and the stream ends once all have been, with an
  * end marker sent through reply_post (which ends the wait).  A snapshot
- * entry of an id no longer in memory (finished long ago) is read with
- * tasktab_info when sent, from the journal: on this thread, as logs does,
- * for at most max_ids ids per request.
+ * entry of an id no longer in memory (finished long ago) is sent with its
+ * TaskInfo from the journal, which is not read on this thread: when an id
+ * is not in memory (tasktab_lookup_mem), the ids are checked and those
+ * TaskInfos read in the blocking pool (conn_offload, whose wait is the
+ * stream's), which answers an error itself or hands the watcher back to
+ * this thread.  (A task evicted between that check and its send is still
+ * read here, by tasktab_info.)
  *
  * Groups: a watch of a group (without ids) sees the tasks whose
  * TaskInfo.group is that group's name, "default" also those spawned without
@@ -34,9 +38,11 @@
  * matches what is spawned into it.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "reactor.h"
 #include "rokd.h"
 
 #define WATCH_EVENTS (EVENTS_STATE | EVENTS_END)
@@ -60,6 +66,9 @@ struct watcher {
 	uint64_t req_id;
 	uint64_t *ids;               /* sorted; NULL: all the uid's tasks */
 	uint8_t *ended;              /* per id: its end was reported */
+	TaskInfo *finals;            /* per id: the journal's, if read */
+	uint8_t *has_final;
+	bool need_journal;           /* an id is known to the journal only */
 	size_t nids, left;           /* left: ids whose end is to come */
 	unsigned states;             /* a bit per state; 0: every state */
 	bool has_group;              /* only tasks of this group: */
@@ -110,6 +119,20 @@ static bool watch_wants(const struct watcher *w, int state, bool named)
 	return named && watch_is_end(state);
 }
 
+/* Frees w's memory (w is in no list). */
+static void watch_discard(struct watcher *w)
+{
+	for (size_t k = 0; w->has_final != NULL && k < w->nids; k++)
+		if (w->has_final[k])
+			tasktab_info_free(&w->finals[k]);
+	free(w->finals);
+	free(w->has_final);
+	free(w->ids);
+	free(w->ended);
+	free(w->q);
+	free(w);
+}
+
 static void watch_free(struct watcher *w)
 {
 	if (w->prev != NULL)
@@ -121,10 +144,7 @@ static void watch_free(struct watcher *w)
 	conn_stream_remove(&w->stream);
 	events_unsubscribe(watch_event_cb, WATCH_EVENTS);
 	quota_give(w->uid, QUOTA_FOLLOWERS);
-	free(w->ids);
-	free(w->ended);
-	free(w->q);
-	free(w);
+	watch_discard(w);
 }
 
 /* Sends the end marker (ending the wait) and forgets w. */
@@ -229,13 +249,21 @@ static bool watch_send(struct watcher *w, const struct watch_ent *e)
 	int state = e->state;
 	we.time_us = e->time_us;
 	bool ended = watch_is_end(state);
+	bool own = false;   /* info filled here, freed here */
 	if (ended) {
-		tasktab_info(e->id, w->uid, &info);
-		if (state == 0) {   /* not in memory: as the journal has it */
-			state = (int)info.state;
-			we.time_us = info.finished_us;
+		TaskInfo *ti = &info;
+		if (state == 0 && k >= 0 && w->has_final != NULL &&
+		    w->has_final[k]) {
+			ti = &w->finals[k];   /* read in the pool */
+		} else {
+			tasktab_info(e->id, w->uid, &info);
+			own = true;
 		}
-		we.task = &info;
+		if (state == 0) {   /* not in memory: as the journal has it */
+			state = (int)ti->state;
+			we.time_us = ti->finished_us;
+		}
+		we.task = ti;
 	}
 	we.id = e->id;
 	we.state = (Rok__V1__TaskState)state;
@@ -243,7 +271,7 @@ static bool watch_send(struct watcher *w, const struct watch_ent *e)
 	if (w->states == 0 || (state > 0 && state < RT_NSTATES &&
 	                       (w->states & (1u << state))))
 		watch_send_event(w, &we);
-	if (ended)
+	if (own)
 		tasktab_info_free(&info);
 	if (k >= 0 && ended) {
 		w->ended[k] = 1;
@@ -361,11 +389,13 @@ static int watch_set_ids(struct conn *c, const Request *req,
 	w->nids = w->left = (size_t)n;
 	qsort(w->ids, w->nids, sizeof(*w->ids), watch_cmp_id);
 	for (size_t i = 0; i < w->nids; i++) {
-		rok_task *handle;
+		int code;
 		/* The lookup's own answer, which allocates nothing (as in
 		 * cmd_logs): another user's task is never watched. */
-		int code = tasktab_lookup(w->ids[i], conn_uid(c), &handle);
-		rok_task_unref(handle);
+		if (!tasktab_lookup_mem(w->ids[i], conn_uid(c), &code)) {
+			w->need_journal = true;   /* checked in the pool */
+			continue;
+		}
 		if (code != 0) {
 			conn_send_error(c, req->id, (ErrorCode)code,
 			                "task %llu: %s",
@@ -419,37 +449,32 @@ static struct watcher *watch_new(struct conn *c, const Request *req)
 	}
 	return w;
 fail:
-	free(w->ids);
-	free(w->ended);
-	free(w);
+	watch_discard(w);
 	return NULL;
 }
 
-void cmd_watch(struct conn *c, const Request *req)
+/* Starts w, a request counted as a wait already (its own conn_begin_wait,
+ * or the offload's). */
+static void watch_start(struct watcher *w)
 {
-	struct watcher *w = watch_new(c, req);
+	struct conn *c = w->conn;
 
-	if (w == NULL)
+	if (conn_closed(c)) {
+		/* Closed while the pool read: its streams were told already,
+		 * so w never becomes one; only the wait ends. */
+		reply_post_error(c, w->req_id, ROK__V1__ERROR_CODE__UNAVAILABLE,
+		                 "connection closed");
+		watch_discard(w);
 		return;
-	if (!conn_begin_wait(c, req->id)) {
-		free(w->ids);
-		free(w->ended);
-		free(w);
-		return;   /* answered: too many requests in flight */
 	}
-	if (!quota_take(conn_uid(c), QUOTA_FOLLOWERS)) {
+	if (!quota_take(w->uid, QUOTA_FOLLOWERS)) {
 		char msg[160];
-		quota_explain(conn_uid(c), QUOTA_FOLLOWERS, msg, sizeof(msg));
-		reply_post_error(c, req->id,
+		quota_explain(w->uid, QUOTA_FOLLOWERS, msg, sizeof(msg));
+		reply_post_error(c, w->req_id,
 		                 ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED, msg);
-		free(w->ids);
-		free(w->ended);
-		free(w);
+		watch_discard(w);
 		return;
 	}
-	w->conn = c;
-	w->uid = conn_uid(c);
-	w->req_id = req->id;
 	w->next = watch.head;
 	if (watch.head != NULL)
 		watch.head->prev = w;
@@ -463,4 +488,79 @@ void cmd_watch(struct conn *c, const Request *req)
 		return;
 	}
 	watch_pump(w);
+}
+
+static void watch_start_cb(void *arg)
+{
+	watch_start(arg);
+}
+
+/* Blocking pool: checks the ids against the journal too and reads the
+ * TaskInfo of those no longer in memory; answers an error, or hands w
+ * back to the reactor thread. */
+static void *watch_lookup_run(void *arg)
+{
+	struct watcher *w = arg;
+
+	w->finals = calloc(w->nids, sizeof(*w->finals));
+	w->has_final = calloc(w->nids, 1);
+	if (w->finals == NULL || w->has_final == NULL) {
+		reply_post_error(w->conn, w->req_id,
+		                 ROK__V1__ERROR_CODE__INTERNAL, "out of memory");
+		watch_discard(w);
+		return NULL;
+	}
+	for (size_t k = 0; k < w->nids; k++) {
+		rok_task *handle;
+		int mcode;
+		bool mem = tasktab_lookup_mem(w->ids[k], w->uid, &mcode);
+		int code = tasktab_lookup(w->ids[k], w->uid, &handle);
+		rok_task_unref(handle);
+		if (code != 0) {
+			char msg[96];
+			snprintf(msg, sizeof(msg), "task %llu: %s",
+			         (unsigned long long)w->ids[k],
+			         code == ROK__V1__ERROR_CODE__PERMISSION_DENIED
+			                 ? "belongs to another user"
+			                 : "no such task");
+			reply_post_error(w->conn, w->req_id, (ErrorCode)code,
+			                 msg);
+			watch_discard(w);
+			return NULL;
+		}
+		if (!mem) {   /* finished: what the journal has is final */
+			rok__v1__task_info__init(&w->finals[k]);
+			tasktab_info(w->ids[k], w->uid, &w->finals[k]);
+			w->has_final[k] = 1;
+		}
+	}
+	if (reactor_call(watch_start_cb, w) < 0) {
+		reply_post_error(w->conn, w->req_id,
+		                 ROK__V1__ERROR_CODE__UNAVAILABLE,
+		                 "rokd is stopping");
+		watch_discard(w);
+	}
+	return NULL;
+}
+
+void cmd_watch(struct conn *c, const Request *req)
+{
+	struct watcher *w = watch_new(c, req);
+
+	if (w == NULL)
+		return;
+	w->conn = c;
+	w->uid = conn_uid(c);
+	w->req_id = req->id;
+	if (w->need_journal) {
+		/* Only the journal knows some ids: off this thread. */
+		if (conn_offload(c, req->id, watch_lookup_run, w) < 0)
+			watch_discard(w);
+		return;
+	}
+	if (!conn_begin_wait(c, req->id)) {
+		watch_discard(w);
+		return;   /* answered: too many requests in flight */
+	}
+	watch_start(w);
 }

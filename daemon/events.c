@@ -23,6 +23,20 @@
  * the subscriber and tells it, or the subscriber sees the change.  A
  * subscriber may hear of a change it has already seen; cmd-watch.c drops
  * those by the table's change counter (events_ev.seq).
+ *
+ * Memory while the reactor lags behind the publishers: state changes and
+ * ends are bounded by the tasks (a few per run, and tasks are bounded by
+ * max_queued; their spawns go through the reactor too), but output is
+ * not: a task writing a byte at a time makes one event per read of its
+ * pipe, up to max_task_output of them, on every worker at once, while the
+ * reactor pumps each to its followers.  So at most EVENTS_OUTPUT_MAX
+ * output events are queued at once; past that one event of
+ * EVENTS_ANY_TASK stands for those dropped (its subscriber rereads every
+ * task's output), and while it is queued further ones are dropped.  Its
+ * flag, `output_missed`, is cleared by an exchange before the subscriber
+ * runs: a publisher that saw it set (and dropped its event) wrote its
+ * output before the exchange that read its value, so the subscriber reads
+ * that output; one that sees it clear queues again.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -40,6 +54,8 @@ static struct {
 		unsigned count[EVENTS_KINDS];   /* reactor thread only */
 	} subs[EVENTS_SUBS];
 	_Atomic unsigned want[EVENTS_KINDS];    /* read by any thread */
+	_Atomic unsigned output_queued;   /* EVENTS_OUTPUT events queued */
+	_Atomic bool output_missed;       /* an EVENTS_ANY_TASK is queued */
 } events;
 
 static int events_index(unsigned kind)
@@ -98,28 +114,66 @@ static void events_deliver_cb(void *arg)
 	struct events_ev *ev = arg;
 	int k = events_index(ev->kind);
 
+	if (ev->kind == EVENTS_OUTPUT) {
+		/* seq_cst, before the subscribers read: see the top. */
+		if (ev->id == EVENTS_ANY_TASK)
+			(void)atomic_exchange(&events.output_missed, false);
+		atomic_fetch_sub_explicit(&events.output_queued, 1,
+		                          memory_order_relaxed);
+	}
+
 	for (int i = 0; i < EVENTS_SUBS; i++)
 		if (events.subs[i].fn != NULL && events.subs[i].count[k] > 0)
 			events.subs[i].fn(ev);
 	free(ev);
 }
 
+/* An output event: whether to queue it, as itself or (*any) as one for
+ * every task; counted in output_queued if so. */
+static bool events_output_admit(bool *any)
+{
+	/* Relaxed: a bound, not an order (output_missed gives that). */
+	if (atomic_fetch_add_explicit(&events.output_queued, 1,
+	                              memory_order_relaxed) < EVENTS_OUTPUT_MAX)
+		return true;
+	if (!atomic_exchange(&events.output_missed, true)) {
+		*any = true;
+		return true;
+	}
+	atomic_fetch_sub_explicit(&events.output_queued, 1,
+	                          memory_order_relaxed);
+	return false;   /* the EVENTS_ANY_TASK queued will stand for it */
+}
+
 void events_publish(const struct events_ev *ev)
 {
+	bool output = ev->kind == EVENTS_OUTPUT, any = false;
+
 	if (!events_wanted(ev->kind))
 		return;
-	struct events_ev *copy = malloc(sizeof(*copy));
-	if (copy == NULL) {
-		log_warnx("out of memory for an event of task %llu; its "
-		          "watchers miss it", (unsigned long long)ev->id);
+	if (output && !events_output_admit(&any))
 		return;
+	struct events_ev *copy = malloc(sizeof(*copy));
+	int err = -ENOMEM;
+	if (copy != NULL) {
+		*copy = *ev;
+		if (any)
+			copy->id = EVENTS_ANY_TASK;
+		err = reactor_call(events_deliver_cb, copy);
 	}
-	*copy = *ev;
-	int err = reactor_call(events_deliver_cb, copy);
 	if (err < 0) {
-		if (err != -ESHUTDOWN)
+		if (err == -ENOMEM)
+			log_warnx("out of memory for an event of task %llu; "
+			          "its watchers miss it",
+			          (unsigned long long)ev->id);
+		else if (err != -ESHUTDOWN)
 			log_errno(err, "could not publish an event of task %llu",
 			          (unsigned long long)ev->id);
 		free(copy);
+		if (output)
+			atomic_fetch_sub_explicit(&events.output_queued, 1,
+			                          memory_order_relaxed);
+		if (any)
+			atomic_store(&events.output_missed, false);
 	}
 }

@@ -2,7 +2,11 @@
  * exec-output.c — the capture file of an exec task's output.
  *
  * One file per task, <state_dir>/output/<ID>.log (the path is agreed with
- * the journal, which removes it when it prunes the task).  It is created on
+ * the journal, which removes it when it prunes the task).  With durability
+ * = off the name is <ID>.mem: such a run's ids start again at 1, so its
+ * files must never pass for a journal's tasks' (after a switch back to a
+ * journal, another user's task would show them), nor may it remove the
+ * journal's; every start removes the .mem files.  It is created on
  * the first byte of output, so a task that writes nothing costs no file
  * (most `true`-like tasks), mode 0600, owned by rokd, with O_EXCL and
  * O_NOFOLLOW (nothing planted under the name is followed or written), in a
@@ -68,6 +72,13 @@ int exec_output_init(void)
 	return 0;
 }
 
+/* The name's ending: with durability = off ids start again at 1 at every
+ * start, so its files must never be taken for a journal's (".log"). */
+static const char *exec_output_suffix(void)
+{
+	return config.durability_off ? ".mem" : ".log";
+}
+
 int exec_output_sweep(uint64_t next_id)
 {
 	char path[4096];
@@ -83,8 +94,13 @@ int exec_output_sweep(uint64_t next_id)
 		char *end;
 		errno = 0;
 		unsigned long long id = strtoull(e->d_name, &end, 10);
-		if (errno != 0 || end == e->d_name || strcmp(end, ".log") != 0 ||
-		    e->d_name[0] < '1' || e->d_name[0] > '9' || id < next_id)
+		if (errno != 0 || end == e->d_name ||
+		    e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		/* A journal's files from its next id on; an unjournaled
+		 * run's (".mem") always: nothing remembers their tasks. */
+		if (!(strcmp(end, ".log") == 0 && id >= next_id &&
+		      !config.durability_off) && strcmp(end, ".mem") != 0)
 			continue;
 		if (unlinkat(dfd, e->d_name, 0) != 0 && errno != ENOENT) {
 			err = -errno;
@@ -98,8 +114,8 @@ int exec_output_sweep(uint64_t next_id)
 
 void exec_output_path(uint64_t id, char *buf, size_t len)
 {
-	snprintf(buf, len, "%s/output/%llu.log", config.state_dir,
-	         (unsigned long long)id);
+	snprintf(buf, len, "%s/output/%llu%s", config.state_dir,
+	         (unsigned long long)id, exec_output_suffix());
 }
 
 void exec_out_forget(uint64_t id)

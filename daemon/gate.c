@@ -669,11 +669,19 @@ void gate_cancel(uint64_t id)
 {
 	pthread_mutex_lock(&gate.lock);
 	struct gate_entry *e = gate_find(id);
-	/* A started run is cancelled through its runner (tasktab_start
-	 * sees cancel_requested). */
-	if (e != NULL && !e->started) {
+	/*
+	 * A started run is cancelled through its runner (tasktab_start sees
+	 * cancel_requested).  The mark is kept all the same: a run that
+	 * failed just before this cancel may have been queued again for its
+	 * retry (tasktab_requeue) without reaching gate_retry yet, which
+	 * would otherwise hold it in the gate for its whole backoff before
+	 * the start cancels it.  With the mark, gate_retry's drain ends it
+	 * at once.
+	 */
+	if (e != NULL) {
 		e->cancel = true;
-		gate_ready(e);
+		if (!e->started)
+			gate_ready(e);
 	}
 	pthread_mutex_unlock(&gate.lock);
 	gate_drain();

@@ -3,12 +3,16 @@
  * list of tasks that are no longer (or not yet again) in the in-memory
  * table.
  *
- * Any thread: the reactor (status, list), workers (join replies), the
- * journal thread never.  One read-only connection of its own, serialised by
- * a mutex; in WAL mode readers never wait for the writer, and these are
- * point reads by primary key or short range scans over pages the writer
- * keeps hot, so doing them inline costs microseconds.  A read that fails
- * (an I/O error) reports the task as not found and logs once per failure.
+ * Any thread: the blocking pool (status, list, logs: conn_offload),
+ * workers (join replies), the journal thread never.  One read-only
+ * connection of its own, serialised by a mutex; in WAL mode readers never
+ * wait for the writer, and these are point reads by primary key or short
+ * range scans over pages the writer keeps hot.  Still, a read waits for
+ * the disk when the page is cold, and for the mutex behind a list's scan:
+ * the reactor thread should not read here, and a debug line names each
+ * task it still reads (the end of a watch or logs stream whose task was
+ * evicted while it streamed; gate.c's dependencies at spawn).  A read that fails (an I/O error) reports the task
+ * as not found and logs once per failure.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -17,6 +21,7 @@
 #include <string.h>
 
 #include "journal.h"
+#include "reactor.h"
 
 static struct {
 	pthread_mutex_t lock;
@@ -41,7 +46,9 @@ int journal_read_open(const char *path, char *err, size_t len)
 	if (rc == SQLITE_OK)
 		rc = sqlite3_prepare_v3(jread.db, "SELECT id FROM tasks WHERE "
 		        "id > ?1 AND (?2 < 0 OR uid = ?2) AND (?3 = 0 OR "
-		        "state = ?3) ORDER BY id LIMIT ?4", -1,
+		        "state = ?3) AND (?5 IS NULL OR grp IS ?5 OR "
+		        "(?5 = 'default' AND grp IS NULL)) ORDER BY id LIMIT ?4",
+		        -1,
 		        SQLITE_PREPARE_PERSISTENT, &jread.ids, NULL);
 	if (rc != SQLITE_OK) {
 		snprintf(err, len, "%s: read connection: %s", path,
@@ -142,6 +149,9 @@ int journal_read_info(uint64_t id, uid_t uid, TaskInfo *info)
 
 	if (id > INT64_MAX)
 		return code;
+	if (reactor_on_thread())
+		log_debug("journal: task %llu read on the reactor thread",
+		          (unsigned long long)id);
 	pthread_mutex_lock(&jread.lock);
 	if (jread.db == NULL) {
 		pthread_mutex_unlock(&jread.lock);
@@ -166,8 +176,8 @@ int journal_read_info(uint64_t id, uid_t uid, TaskInfo *info)
 	return code;
 }
 
-int journal_read_ids(uid_t uid, int state, uint64_t after, size_t limit,
-                     uint64_t *ids)
+int journal_read_ids(uid_t uid, int state, const char *group,
+                     uint64_t after, size_t limit, uint64_t *ids)
 {
 	int n = 0;
 
@@ -182,6 +192,10 @@ int journal_read_ids(uid_t uid, int state, uint64_t after, size_t limit,
 	sqlite3_bind_int64(jread.ids, 2, uid == 0 ? -1 : (sqlite3_int64)uid);
 	sqlite3_bind_int(jread.ids, 3, state);
 	sqlite3_bind_int64(jread.ids, 4, (sqlite3_int64)limit);
+	if (group != NULL)
+		sqlite3_bind_text(jread.ids, 5, group, -1, SQLITE_STATIC);
+	else
+		sqlite3_bind_null(jread.ids, 5);
 	int rc;
 	while ((rc = sqlite3_step(jread.ids)) == SQLITE_ROW)
 		ids[n++] = (uint64_t)sqlite3_column_int64(jread.ids, 0);

@@ -69,8 +69,14 @@ static const char *const journal_schema_steps[] = {
 	"ALTER TABLE tasks ADD COLUMN run INTEGER NOT NULL DEFAULT 1;"
 	"ALTER TABLE tasks ADD COLUMN next_us INTEGER NOT NULL DEFAULT 0;",
 	/* 3 -> 4.  The groups that a GroupRequest added or changed, each with
-	 * all its settings (group.c): they outlive a restart. */
-	"CREATE TABLE groups ("
+	 * all its settings (group.c): they outlive a restart (IF NOT EXISTS: a
+	 * development build between issue 10's two merges made this very table
+	 * outside the steps, at version 2).  A task's group (TaskSpec.group;
+	 * NULL: default, as for every row before this step) for `rokctl list
+	 * --group`, with the ids of each group in order. */
+	"ALTER TABLE tasks ADD COLUMN grp TEXT;"
+	"CREATE INDEX tasks_grp ON tasks (grp, id) WHERE grp IS NOT NULL;"
+	"CREATE TABLE IF NOT EXISTS groups ("
 	" name TEXT PRIMARY KEY,"
 	" parallel INTEGER NOT NULL,"
 	" policy INTEGER NOT NULL,"

@@ -96,8 +96,8 @@ struct jev {
 		struct {
 			uid_t uid;
 			uint64_t spawned_us;
-			size_t spec_len, kind_len;
-			uint8_t *spec, *kind;          /* in this allocation */
+			size_t spec_len, kind_len, group_len;
+			uint8_t *spec, *kind, *group;  /* in this allocation */
 		} sp;
 		struct {
 			uint64_t started_us;
@@ -141,7 +141,7 @@ enum {
 
 static const char *const journal_sql[JST_COUNT] = {
 	[JST_INSERT] = "INSERT INTO tasks (id, uid, kind, spec, state, "
-	               "spawned_us) VALUES (?1, ?2, ?3, ?4, 1, ?5)",
+	               "spawned_us, grp) VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6)",
 	/* A finished row never changes again: state < 3 guards both. */
 	/* A run's group is that of this run only: a retry's start forgets
 	 * the group of the interrupted run. */
@@ -182,8 +182,22 @@ static struct {
 } journal = {
 	.lock_fd = -1,
 	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.cond = PTHREAD_COND_INITIALIZER,
 };
+
+/* The journal thread's timed waits (the linger, the idle sleep) count on
+ * the monotonic clock: a step of the wall clock must not stretch them. */
+static pthread_once_t journal_cond_once = PTHREAD_ONCE_INIT;
+
+static void journal_cond_init(void)
+{
+	pthread_condattr_t a;
+
+	if (pthread_condattr_init(&a) != 0 ||
+	    pthread_condattr_setclock(&a, CLOCK_MONOTONIC) != 0 ||
+	    pthread_cond_init(&journal.cond, &a) != 0)
+		fatalx("journal: cannot make a condition variable");
+	pthread_condattr_destroy(&a);
+}
 
 sqlite3 *journal_db(void)
 {
@@ -219,6 +233,7 @@ static int journal_lock(char *err, size_t len)
 
 int journal_open(char *err, size_t len)
 {
+	pthread_once(&journal_cond_once, journal_cond_init);
 	journal.stopping = false;
 	if (journal_lock(err, len) < 0)
 		return -1;
@@ -306,7 +321,8 @@ int journal_spawn(const struct journal_spawn_item *items, size_t n,
 	}
 	for (size_t i = 0; i < n; i++) {
 		size_t slen = items[i].spec_len, klen = strlen(items[i].kind);
-		struct jev *e = calloc(1, sizeof(*e) + slen + klen + 1);
+		size_t glen = items[i].group_len;
+		struct jev *e = calloc(1, sizeof(*e) + slen + klen + glen + 1);
 		if (e == NULL) {
 			journal_free_chain(first);
 			return -ENOMEM;
@@ -322,6 +338,10 @@ int journal_spawn(const struct journal_spawn_item *items, size_t n,
 		e->u.sp.kind = e->u.sp.spec + slen;
 		e->u.sp.kind_len = klen;
 		memcpy(e->u.sp.kind, items[i].kind, klen);
+		e->u.sp.group = e->u.sp.kind + klen;
+		e->u.sp.group_len = glen;
+		if (glen > 0)
+			memcpy(e->u.sp.group, items[i].group, glen);
 		if (last != NULL)
 			last->next = e;
 		else
@@ -621,6 +641,11 @@ static int journal_write(const struct jev *e, const struct journal_idset *fin)
 		sqlite3_bind_blob(st, 4, e->u.sp.spec, (int)e->u.sp.spec_len,
 		                  SQLITE_STATIC);
 		sqlite3_bind_int64(st, 5, (sqlite3_int64)e->u.sp.spawned_us);
+		if (e->u.sp.group_len > 0)
+			sqlite3_bind_text(st, 6, (const char *)e->u.sp.group,
+			                  (int)e->u.sp.group_len, SQLITE_STATIC);
+		else
+			sqlite3_bind_null(st, 6);
 		return journal_step(st);
 	case JEV_START:
 		if (journal_idset_has(fin, e->id))
@@ -873,7 +898,7 @@ static void journal_linger(void)
 {
 	struct timespec until;
 
-	clock_gettime(CLOCK_REALTIME, &until);
+	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_nsec += JOURNAL_LINGER_NS;
 	if (until.tv_nsec >= 1000000000) {
 		until.tv_sec++;
@@ -913,7 +938,7 @@ static void *journal_main(void *arg)
 			/* Sleep until an event, the next periodic prune, or
 			 * (while failing) the next retry. */
 			struct timespec until;
-			clock_gettime(CLOCK_REALTIME, &until);
+			clock_gettime(CLOCK_MONOTONIC, &until);
 			if (failing || journal.retained != NULL) {
 				until.tv_nsec += 100000000;
 				if (until.tv_nsec >= 1000000000) {

@@ -53,6 +53,8 @@ struct journal_spawn_item {
 	const uint8_t *spec;        /* the packed TaskSpec, idem */
 	size_t spec_len;
 	uint64_t spawned_us;
+	const uint8_t *group;       /* its TaskSpec.group, idem; len 0: none */
+	size_t group_len;
 };
 
 /*
@@ -134,8 +136,9 @@ void journal_read_close(void);
  * ROK__V1__ERROR_CODE__NOT_FOUND / __PERMISSION_DENIED. */
 int journal_read_info(uint64_t id, uid_t uid, TaskInfo *info);
 /* Ids of journaled tasks above `after`, visible to uid, in `state` (0:
- * any), in id order: up to `limit` into ids[]; the count, or -errno. */
-int journal_read_ids(uid_t uid, int state, uint64_t after, size_t limit,
-                     uint64_t *ids);
+ * any), of `group` (NULL: any; "default" takes in tasks without one), in
+ * id order: up to `limit` into ids[]; the count, or -errno. */
+int journal_read_ids(uid_t uid, int state, const char *group,
+                     uint64_t after, size_t limit, uint64_t *ids);
 
 #endif /* ROKD_JOURNAL_H */

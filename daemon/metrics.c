@@ -20,8 +20,16 @@
  * task table's mutex that the same code takes anyway (and per journal
  * commit, on one thread), so per-thread slots would save nothing
  * measurable and cost a registry of threads.
+ *
+ * Per-group totals: one entry per group name a task was ever created in,
+ * kept as long as rokd runs (a counter never goes down, nor vanishes with
+ * `group rm`), at most METRICS_GROUPS_MAX names so that adding and removing
+ * groups cannot grow it without bound.  A task finds its entry once, at
+ * creation (tasktab keeps the pointer); default's needs no lookup.
  */
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,11 +71,87 @@ void metrics_observe(int h, int64_t us)
 	                          memory_order_relaxed);
 }
 
-void metrics_task_state(int state)
+struct metrics_group {
+	struct metrics_group *next;
+	_Atomic uint64_t entered[RT_NSTATES];
+	char name[GROUP_NAME_MAX + 1];
+};
+
+static struct metrics_group metrics_default = { .name = "default" };
+static struct {
+	pthread_mutex_t lock;
+	struct metrics_group *head;   /* newest first; default last */
+	size_t n;
+} mgroups = { PTHREAD_MUTEX_INITIALIZER, &metrics_default, 1 };
+
+struct metrics_group *metrics_group(const char *name)
 {
-	if (state > 0 && state < RT_NSTATES)
-		atomic_fetch_add_explicit(&metrics.entered[state], 1,
+	struct metrics_group *g;
+
+	if (name == NULL || strcmp(name, "default") == 0)
+		return &metrics_default;
+	pthread_mutex_lock(&mgroups.lock);
+	for (g = mgroups.head; g != NULL; g = g->next)
+		if (strcmp(g->name, name) == 0)
+			break;
+	if (g == NULL && mgroups.n < METRICS_GROUPS_MAX &&
+	    strlen(name) <= GROUP_NAME_MAX &&
+	    (g = calloc(1, sizeof(*g))) != NULL) {
+		snprintf(g->name, sizeof(g->name), "%s", name);
+		g->next = mgroups.head;
+		mgroups.head = g;
+		mgroups.n++;
+	}
+	pthread_mutex_unlock(&mgroups.lock);
+	return g;
+}
+
+void metrics_task_state(struct metrics_group *g, int state)
+{
+	if (state <= 0 || state >= RT_NSTATES)
+		return;
+	atomic_fetch_add_explicit(&metrics.entered[state], 1,
+	                          memory_order_relaxed);
+	if (g != NULL)
+		atomic_fetch_add_explicit(&g->entered[state], 1,
 		                          memory_order_relaxed);
+}
+
+/* Points m's reply at every group's totals, in one allocation (none on
+ * ENOMEM: the rest is still worth sending). */
+static void metrics_group_totals(struct metrics_reply *m)
+{
+	pthread_mutex_lock(&mgroups.lock);
+	size_t n = mgroups.n;
+	struct {
+		Rok__V1__GroupTotals msg;
+		Rok__V1__GroupTotals *ptr;
+		uint64_t totals[RT_NSTATES];
+	} *a = calloc(n, sizeof(*a));
+	Rok__V1__GroupTotals **ptrs = calloc(n, sizeof(*ptrs));
+	size_t i = 0;
+	for (struct metrics_group *g = mgroups.head;
+	     a != NULL && ptrs != NULL && g != NULL; g = g->next, i++) {
+		rok__v1__group_totals__init(&a[i].msg);
+		a[i].msg.group.data = (uint8_t *)g->name;
+		a[i].msg.group.len = strlen(g->name);
+		for (int s = 0; s < RT_NSTATES; s++)
+			a[i].totals[s] = atomic_load_explicit(
+				&g->entered[s], memory_order_relaxed);
+		a[i].msg.n_tasks_total = RT_NSTATES;
+		a[i].msg.tasks_total = a[i].totals;
+		ptrs[i] = &a[i].msg;
+	}
+	pthread_mutex_unlock(&mgroups.lock);
+	if (a == NULL || ptrs == NULL) {
+		free(a);
+		free(ptrs);
+		return;
+	}
+	/* The names stay: entries are never freed while rokd runs. */
+	m->sr.group_totals = ptrs;
+	m->sr.n_group_totals = i;
+	m->group_totals = a;
 }
 
 void metrics_output(uint64_t n)
@@ -131,6 +215,8 @@ void metrics_reply_fill(struct metrics_reply *m)
 	sr->journal_commit = &m->hist[METRICS_COMMIT];
 	sr->output_bytes = atomic_load_explicit(&metrics.output_bytes,
 	                                        memory_order_relaxed);
+	m->group_totals = NULL;
+	metrics_group_totals(m);
 	m->groups = NULL;
 	ssize_t ng = queue_group_stats(&m->groups);
 	if (ng > 0) {   /* on ENOMEM the rest is still worth sending */
@@ -143,4 +229,8 @@ void metrics_reply_free(struct metrics_reply *m)
 {
 	free(m->groups);
 	m->groups = NULL;
+	free(m->group_totals);
+	m->group_totals = NULL;
+	free(m->sr.group_totals);
+	m->sr.group_totals = NULL;
 }

@@ -9,9 +9,13 @@
  * queued (one user's 10,000 entries cost the same as one).
  *
  * Strict (the default): the head with the highest class wins, where a
- * queued entry rises one class per aging interval (so a low entry counts
- * as urgent after 3 intervals); ties go to the user with the fewest
- * running entries in the group (fair share), then to the oldest entry.
+ * class rises one step per aging interval its oldest queued entry has
+ * waited (so a low entry counts as urgent after 3 intervals at most);
+ * ties go to the user with the fewest running entries in the group (fair
+ * share), then to the oldest entry.  Aging raises a whole class, never
+ * one user's entries over another's of the same class: else a user whose
+ * backlog has aged would beat another's fresh entry of the same class
+ * whatever the running counts, and fair share would wait for aging.
  * Once an entry counts as urgent, only entries that count as urgent too
  * and either belong to a user with fewer running entries or were queued
  * before it can start ahead of it: that is the bound rokd.conf(5) states.
@@ -26,6 +30,7 @@
  * above.  Aging does not apply: every class with a weight gets its share.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,12 +124,38 @@ bool qcore_can_grant(const struct qgroup *g)
 	return !g->paused && (g->parallel == 0 || g->running < g->parallel);
 }
 
+/* Class cls raised by the age of an entry queued at enq (strict). */
+static int qcore_aged(const struct qgroup *g, int cls, int64_t enq,
+                      int64_t now)
+{
+	if (g->policy != QPOLICY_STRICT || g->aging_ns <= 0 || now <= enq)
+		return cls;
+	int64_t steps = (now - enq) / g->aging_ns;
+	return steps >= cls ? 0 : cls - (int)steps;
+}
+
+/* When the oldest queued entry of class cls was queued (INT64_MAX: none):
+ * the oldest of the heads, each user's FIFO being in queueing order. */
+static int64_t qcore_oldest(const struct qgroup *g, int cls)
+{
+	int64_t enq = INT64_MAX;
+
+	for (const struct quser *u = g->users; u != NULL; u = u->next)
+		if (u->head[cls] != NULL && u->head[cls]->enq_ns < enq)
+			enq = u->head[cls]->enq_ns;
+	return enq;
+}
+
 int qcore_class_now(const struct qgroup *g, const struct qent *e, int64_t now)
 {
-	if (g->policy != QPOLICY_STRICT || g->aging_ns <= 0 || now <= e->enq_ns)
-		return e->cls;
-	int64_t steps = (now - e->enq_ns) / g->aging_ns;
-	return steps >= e->cls ? 0 : e->cls - (int)steps;
+	int64_t enq = e->enq_ns;
+
+	if (e->queued) {
+		int64_t oldest = qcore_oldest(g, e->cls);
+		if (oldest < enq)
+			enq = oldest;
+	}
+	return qcore_aged(g, e->cls, enq, now);
 }
 
 /* Lexicographic (cls, running, seq): whether a beats b. */
@@ -194,12 +225,17 @@ struct qent *qcore_pick(struct qgroup *g, int64_t now)
 		g->vtime = g->pass[c];
 		g->pass[c] += QCORE_STRIDE / (w > 0 ? w : 1);
 	} else {
+		/* A class counts as high as its oldest entry has aged to. */
+		int aged[QCLS_N];
+		for (int c = 0; c < QCLS_N; c++)
+			aged[c] = g->queued[c] == 0 ? c
+			          : qcore_aged(g, c, qcore_oldest(g, c), now);
 		for (struct quser *u = g->users; u != NULL; u = u->next) {
 			for (int c = 0; c < QCLS_N; c++) {
 				struct qent *e = u->head[c];
 				if (e == NULL)
 					continue;
-				int ec = qcore_class_now(g, e, now);
+				int ec = aged[c];
 				if (qcore_better(ec, e, bcls, best)) {
 					best = e;
 					bcls = ec;

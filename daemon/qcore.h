@@ -83,7 +83,8 @@ struct qent *qcore_pick(struct qgroup *g, int64_t now);
 void qcore_release(struct qgroup *g, struct qent *e);
 /* e (queued) leaves the queue without running. */
 void qcore_remove(struct qgroup *g, struct qent *e);
-/* e's class at time now after aging (strict), for people. */
+/* e's class at time now after aging (strict): its class as submitted,
+ * raised by the wait of the oldest queued entry of that class. */
 int qcore_class_now(const struct qgroup *g, const struct qent *e,
                     int64_t now);
 /* Queued entries, all classes. */

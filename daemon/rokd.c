@@ -432,8 +432,10 @@ int main(int argc, char **argv)
 	if ((err = rok_start()) < 0)
 		fatalx("cannot start the runtime: %s", strerror(-err));
 	/* Before the socket accepts: the ids and tasks of the journal first. */
+	tasktab_hold_eviction(true);
 	if (journal_recover(jerr, sizeof(jerr)) < 0)
 		fatalx("%s", jerr);
+	tasktab_hold_eviction(false);
 	/* Output left under ids this journal has not handed out (a deleted
 	 * or replaced journal.db) must never show as a new task's. */
 	if ((err = exec_output_sweep(tasktab_next_id())) < 0)

@@ -311,6 +311,10 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o);
  * else ROK__V1__ERROR_CODE__NOT_FOUND or __PERMISSION_DENIED.
  */
 int tasktab_lookup(uint64_t id, uid_t uid, rok_task **handle);
+/* The same answer from memory alone (no handle): true with *code set, or
+ * false when only the journal knows (a task finished and no longer in
+ * memory), which the reactor thread must not read. */
+bool tasktab_lookup_mem(uint64_t id, uid_t uid, int *code);
 
 /* Fills *info (and allocations it owns, freed by tasktab_info_free) for
  * `id` as `uid` sees it; a per-task error goes into info->error. */
@@ -354,11 +358,12 @@ uid_t tasktab_uid(const struct rtask *r);
 /* Whether task `id` has finished (or is unknown): any thread. */
 bool tasktab_finished(uint64_t id);
 
-/* Visible tasks with id > after, in id order: up to limit, and no more
- * than fit in `budget` encoded bytes; *more set when there are more.
- * Returns how many were filled into infos[].  Reads the journal: never on
- * the reactor thread. */
-size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
+/* Visible tasks with id > after, in id order, of `group` only unless it
+ * is NULL: up to limit, and no more than fit in `budget` encoded bytes;
+ * *more set when there are more.  Returns how many were filled into
+ * infos[].  Reads the journal: never on the reactor thread. */
+size_t tasktab_list(uid_t uid, int state, const char *group, uint64_t after,
+                    size_t limit,
                     size_t budget, TaskInfo **infos, bool *more);
 
 /*
@@ -380,11 +385,6 @@ uint64_t tasktab_spawned_us(const struct rtask *r);
 /* kind_spawn: r's queue ticket (NULL: none), for the `waiting` of its
  * TaskInfo; tasktab_finish forgets it. */
 void tasktab_set_ticket(struct rtask *r, struct qticket *t);
-/* tasktab_list for one group: only the tasks in memory (every queued and
- * running one, the newest finished), no journal read. */
-size_t tasktab_list_group(uid_t uid, int state, const uint8_t *group,
-                          size_t group_len, uint64_t after, size_t limit,
-                          size_t budget, TaskInfo **infos, bool *more);
 
 /*
  * For gate.c.  tasktab_dep_visible: whether id exists (in memory or the
@@ -422,6 +422,13 @@ ssize_t tasktab_snapshot(uid_t uid, const char *group, const uint64_t *ids,
 /* Whether a task of group `task_group` (NULL or "": spawned without one)
  * is in group `group`. */
 bool tasktab_in_group(const char *task_group, const char *group);
+/* Main thread: holds back the eviction of finished records while the
+ * journal is recovered (hold), then evicts what is beyond the caps. */
+void tasktab_hold_eviction(bool hold);
+/* The queued and running tasks of `group`, those still waiting in the
+ * gate (dependencies, a start time, a retry's backoff) included: group rm
+ * refuses a group that has any.  Any thread; a walk of the table. */
+uint64_t tasktab_group_unfinished(const char *group);
 
 /* Tasks by state, for stats. */
 void tasktab_counts(uint64_t counts[RT_NSTATES]);
@@ -475,8 +482,15 @@ enum {
 
 /* One observation of `us` microseconds (below 0: 0) in histogram h. */
 void metrics_observe(int h, int64_t us);
-/* A task entered `state` (RT_QUEUED: it was created). */
-void metrics_task_state(int state);
+/* The totals of the tasks of group `name` (NULL: default), to pass to
+ * metrics_task_state; NULL past METRICS_GROUPS_MAX names (then only the
+ * totals of all count them).  Takes a lock unless name is default. */
+#define METRICS_GROUPS_MAX 4096
+struct metrics_group;
+struct metrics_group *metrics_group(const char *name);
+/* A task of group g (may be NULL) entered `state` (RT_QUEUED: it was
+ * created, or queued again for a retry). */
+void metrics_task_state(struct metrics_group *g, int state);
 /* n bytes of task output were stored. */
 void metrics_output(uint64_t n);
 
@@ -487,6 +501,7 @@ struct metrics_reply {
 	uint64_t counts[METRICS_NHIST][METRICS_NBOUNDS + 1];
 	uint64_t totals[RT_NSTATES];
 	Rok__V1__GroupStats **groups;   /* queue_group_stats's */
+	void *group_totals;             /* one allocation for them */
 };
 /* Reactor thread: fills m with every counter now (`rokctl stats`,
  * /metrics), and every group's; metrics_reply_free frees what it took. */
@@ -565,7 +580,8 @@ int exec_init(void);
  * every child. */
 void exec_limits_save(void);
 
-/* exec-output.c: where task id's output is: "<state_dir>/output/<id>.log". */
+/* exec-output.c: where task id's output is: "<state_dir>/output/<id>.log"
+ * (".mem" with durability = off). */
 void exec_output_path(uint64_t id, char *buf, size_t len);
 
 /* ---- events.c: task events, published by the task table ------------- */
@@ -579,6 +595,11 @@ enum {
 	EVENTS_END = 1u << 1,       /* a task ended */
 	EVENTS_OUTPUT = 1u << 2,    /* an exec task appended output */
 };
+/* An EVENTS_OUTPUT event of this id stands for any task's: events.c
+ * queues at most EVENTS_OUTPUT_MAX of them at once and, past that, one of
+ * these for all it dropped. */
+#define EVENTS_ANY_TASK 0
+#define EVENTS_OUTPUT_MAX 4096u
 struct events_ev {
 	unsigned kind;              /* one of the above */
 	uint64_t id;

@@ -51,6 +51,7 @@ struct rtask {
 	bool output_truncated;
 	char *reason;
 	char *group;                   /* NULL: default */
+	struct metrics_group *mgroup;  /* its group's totals (metrics.c) */
 	uint8_t cls;                   /* priority class (queue.c) */
 	struct qticket *ticket;        /* queued for a slot (queue.c) */
 	void *ctl;                     /* kind->cancel's argument, if set */
@@ -103,6 +104,7 @@ static struct {
 	uint64_t counts[RT_NSTATES];
 	uint64_t seq;                  /* state changes so far */
 	bool stopping;                 /* tasktab_cancel_all ran */
+	bool hold;                     /* no eviction (the recovery) */
 	struct tasktab_user *users[TASKTAB_USER_BUCKETS];
 } tab = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -299,6 +301,8 @@ static void tasktab_evict_one(struct rtask *r)
  */
 static void tasktab_evict(struct tasktab_user *u)
 {
+	if (tab.hold)
+		return;
 	while (u != NULL && u->nfinished > CONFIG_LIMIT(max_finished_per_user)
 	       && u->fhead != NULL) {
 		bool last = u->nfinished == 1;
@@ -308,6 +312,34 @@ static void tasktab_evict(struct tasktab_user *u)
 	}
 	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL)
 		tasktab_evict_one(tab.fhead);
+}
+
+/*
+ * While the journal is recovered, its thread is not running yet: the ends
+ * of the tasks that the recovery finishes (a dependent cancelled because
+ * its dependency was interrupted, a task whose group is gone) are not in
+ * the journal, only in memory.  A record evicted then would leave a later
+ * dependent's gate_submit reading the journal's stale "queued" row of its
+ * dependency, and waiting for an end already past: nothing is evicted
+ * until the recovery is over.  Its finished records are at most the
+ * journal's unfinished rows, which were in memory anyway.
+ */
+void tasktab_hold_eviction(bool hold)
+{
+	pthread_mutex_lock(&tab.lock);
+	tab.hold = hold;
+	if (!hold) {
+		for (size_t b = 0; b < TASKTAB_USER_BUCKETS; b++) {
+			struct tasktab_user *u = tab.users[b];
+			while (u != NULL) {
+				struct tasktab_user *next = u->next;
+				tasktab_evict(u);   /* may free u */
+				u = next;
+			}
+		}
+		tasktab_evict(NULL);
+	}
+	pthread_mutex_unlock(&tab.lock);
 }
 
 /* Copies a spec's args into one allocation. */
@@ -349,6 +381,7 @@ static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
 		memcpy(r->group, spec->group.data, spec->group.len);
 		r->group[spec->group.len] = '\0';
 	}
+	r->mgroup = metrics_group(r->group);
 	r->cls = (uint8_t)queue_class(spec->priority);
 	r->nargs = spec->n_args;
 	r->uid = uid;
@@ -365,7 +398,7 @@ static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
 static void tasktab_insert(struct rtask *r)
 {
 	tab.counts[RT_QUEUED]++;
-	metrics_task_state(RT_QUEUED);
+	metrics_task_state(r->mgroup, RT_QUEUED);
 	if (tab.count >= tab.nbuckets)
 		tasktab_grow();
 	size_t b = tasktab_bucket(r->id);
@@ -534,7 +567,7 @@ static void tasktab_set_state(struct rtask *r, int state,
 	};
 	if (r->group != NULL)
 		snprintf(ev->group, sizeof(ev->group), "%s", r->group);
-	metrics_task_state(state);
+	metrics_task_state(r->mgroup, state);
 }
 
 int tasktab_start(struct rtask *r, const TaskSpec *spec,
@@ -784,6 +817,19 @@ int tasktab_lookup(uint64_t id, uid_t uid, rok_task **handle)
 	if (absent)
 		code = journal_read_info(id, uid, NULL);
 	return code;
+}
+
+bool tasktab_lookup_mem(uint64_t id, uid_t uid, int *code)
+{
+	struct rtask *r;
+
+	pthread_mutex_lock(&tab.lock);
+	*code = tasktab_visible(id, uid, &r);
+	/* As in tasktab_lookup: an id never handed out is in no row. */
+	bool absent = *code == ROK__V1__ERROR_CODE__NOT_FOUND && r == NULL &&
+	              id < tab.next_id && tasktab_find(id) == NULL;
+	pthread_mutex_unlock(&tab.lock);
+	return !absent;
 }
 
 static void tasktab_set_error(TaskInfo *info, uint64_t id, int code)
@@ -1049,7 +1095,8 @@ bool tasktab_finished(uint64_t id)
  * from memory).  A journal row whose task is in memory is skipped: the
  * record is the truth (the row may lag by one batch).
  */
-size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
+size_t tasktab_list(uid_t uid, int state, const char *group, uint64_t after,
+                    size_t limit,
                     size_t budget, TaskInfo **infos, bool *more)
 {
 	size_t used = 0;
@@ -1066,7 +1113,8 @@ size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
 	 * has nothing to add. */
 	if (jids != NULL && from_journal != NULL && state != RT_QUEUED &&
 	    state != RT_RUNNING) {
-		nj = journal_read_ids(uid, state, after, limit + 1, jids);
+		nj = journal_read_ids(uid, state, group, after, limit + 1,
+		                      jids);
 		if (nj < 0)
 			nj = 0;
 	}
@@ -1075,7 +1123,8 @@ size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
 	for (;;) {
 		while (r != NULL && (r->id <= after || r->gone ||
 		       (uid != 0 && r->uid != uid) ||
-		       (state != 0 && r->state != state)))
+		       (state != 0 && r->state != state) ||
+		       (group != NULL && !tasktab_in_group(r->group, group))))
 			r = r->next;
 		while (j < (size_t)nj && (jids[j] <= after ||
 		       (r != NULL && jids[j] == r->id) ||
@@ -1135,41 +1184,6 @@ size_t tasktab_list(uid_t uid, int state, uint64_t after, size_t limit,
 	}
 	free(jids);
 	free(from_journal);
-	return n;
-}
-
-size_t tasktab_list_group(uid_t uid, int state, const uint8_t *group,
-                          size_t group_len, uint64_t after, size_t limit,
-                          size_t budget, TaskInfo **infos, bool *more)
-{
-	size_t used = 0, n = 0;
-	bool dflt = group_len == 7 && memcmp(group, "default", 7) == 0;
-
-	*more = false;
-	pthread_mutex_lock(&tab.lock);
-	for (struct rtask *r = tab.head; r != NULL; r = r->next) {
-		if (r->id <= after || r->gone || (uid != 0 && r->uid != uid) ||
-		    (state != 0 && r->state != state))
-			continue;
-		if (r->group == NULL ? !dflt
-		    : strlen(r->group) != group_len ||
-		      memcmp(r->group, group, group_len) != 0)
-			continue;
-		if (n == limit) {
-			*more = true;
-			break;
-		}
-		tasktab_fill(r, infos[n]);
-		size_t sz = rok__v1__task_info__get_packed_size(infos[n]) + 6;
-		if (sz > budget - used) {
-			tasktab_info_free(infos[n]);
-			*more = true;
-			break;
-		}
-		used += sz;
-		n++;
-	}
-	pthread_mutex_unlock(&tab.lock);
 	return n;
 }
 
@@ -1244,6 +1258,19 @@ bool tasktab_in_group(const char *task_group, const char *group)
 	if (task_group == NULL || task_group[0] == '\0')
 		task_group = "default";
 	return strcmp(task_group, group) == 0;
+}
+
+uint64_t tasktab_group_unfinished(const char *group)
+{
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&tab.lock);
+	for (struct rtask *r = tab.head; r != NULL; r = r->next)
+		if ((r->state == RT_QUEUED || r->state == RT_RUNNING) &&
+		    tasktab_in_group(r->group, group))
+			n++;
+	pthread_mutex_unlock(&tab.lock);
+	return n;
 }
 
 ssize_t tasktab_snapshot(uid_t uid, const char *group, const uint64_t *ids,

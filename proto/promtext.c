@@ -120,11 +120,23 @@ static void promtext_write(FILE *f, const Rok__V1__StatsReply *s)
 
 	promtext_head(f, "rok_tasks_total", "counter", "Tasks that entered "
 	              "each state since rokd started (queued: created; "
-	              "running: runs started).");
-	for (size_t st = 1; st < PROMTEXT_NSTATES; st++)
-		fprintf(f, "rok_tasks_total{state=\"%s\"} %" PRIu64 "\n",
-		        promtext_states[st],
-		        st < s->n_tasks_total ? s->tasks_total[st] : 0);
+	              "running: runs started), by the group they were "
+	              "spawned into.");
+	/* A daemon without per-group totals: all in default. */
+	if (s->n_group_totals == 0)
+		for (size_t st = 1; st < PROMTEXT_NSTATES; st++)
+			fprintf(f, "rok_tasks_total{state=\"%s\",group="
+			        "\"default\"} %" PRIu64 "\n",
+			        promtext_states[st],
+			        st < s->n_tasks_total ? s->tasks_total[st] : 0);
+	for (size_t i = 0; i < s->n_group_totals; i++) {
+		const Rok__V1__GroupTotals *g = s->group_totals[i];
+		for (size_t st = 1; st < PROMTEXT_NSTATES; st++)
+			fprintf(f, "rok_tasks_total{state=\"%s\",group="
+			        "\"%.*s\"} %" PRIu64 "\n", promtext_states[st],
+			        (int)g->group.len, (const char *)g->group.data,
+			        st < g->n_tasks_total ? g->tasks_total[st] : 0);
+	}
 	promtext_head(f, "rok_tasks", "gauge", "Tasks rokd holds in memory, "
 	              "by state (finished ones until evicted).");
 	for (size_t st = 1; st < PROMTEXT_NSTATES; st++)

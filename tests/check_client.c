@@ -986,8 +986,8 @@ START_TEST(stats_metrics)
 
 	const char *text = (const char *)r->prometheus.data;
 	ck_assert_uint_eq(strlen(text), r->prometheus.len);
-	ck_assert_ptr_nonnull(strstr(text, "\nrok_tasks_total{state="
-				     "\"succeeded\"} 2497\n"));
+	ck_assert_ptr_nonnull(strstr(text, "\nrok_tasks_total{state=\"succeeded\","
+				     "group=\"default\"} 2497\n"));
 	ck_assert_ptr_nonnull(strstr(text, "\nrok_tasks{state=\"running\"} 1\n"));
 	/* The text has all 40 buckets, cumulative, in seconds. */
 	ck_assert_ptr_nonnull(strstr(text, "\nrok_journal_commit_seconds_bucket"
@@ -1786,7 +1786,9 @@ START_TEST(rokctl_json_and_exit_codes)
 	ck_assert_int_eq(r.status, 0);
 	ck_assert_int_eq(r.lines, 1);
 	HAS(r.out, "\"workers\":4,");
-	HAS(r.out, "\"registrations\":-1,\"groups\":[]}");
+	HAS(r.out, "\"registrations\":-1,");
+	HAS(r.out, "\"tasks_total\":{\"queued\":2500,");
+	HAS(r.out, ",\"groups\":[]}");
 	free(r.out);
 
 	r = RUN(&f, "ping");

@@ -205,7 +205,8 @@ END_TEST
 /*
  * A journal written by a rokd of schema version 1 (the tasks table before
  * step 2) gains the pgid and pg_start columns (step 2), then run and
- * next_us (step 3), then the groups table (step 4), in one open, keeps its
+ * next_us (step 3), then the groups table and the grp column (step 4), in
+ * one open, keeps its
  * rows, and says version 4; the
  * version-1 SQL is spelled out here because a released step never
  * changes.  (tests/when.test migrates a version-2 journal written by the
@@ -242,6 +243,7 @@ START_TEST(schema_migrates_1_to_4)
 	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
 	ck_assert_int_eq(jquery("PRAGMA user_version"), 5);
 	ck_assert_int_eq(jquery("SELECT count(*) FROM groups"), 0);
+	ck_assert_int_eq(jquery("SELECT grp IS NULL FROM tasks WHERE id = 7"), 1);
 	ck_assert_int_eq(jquery("SELECT count(*) FROM pragma_table_info('tasks')"
 	                        " WHERE name IN ('pgid', 'pg_start')"), 2);
 	ck_assert_int_eq(jquery("SELECT run = 1 AND next_us = 0 FROM tasks "
@@ -256,6 +258,56 @@ START_TEST(schema_migrates_1_to_4)
 	/* Migrated once: a second open finds version 5 and changes nothing. */
 	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
 	ck_assert_int_eq(jquery("PRAGMA user_version"), 5);
+	jcleanup();
+}
+END_TEST
+
+/*
+ * main between the merges of issue 10's two halves wrote schema version 2
+ * with the groups table created outside the numbered steps (by group.c,
+ * "CREATE TABLE IF NOT EXISTS"): step 4 finds it there and keeps it and its
+ * rows, instead of refusing the journal ("table groups already exists").
+ */
+START_TEST(schema_migrates_2_with_groups)
+{
+	char path[128], err[512];
+	sqlite3 *db;
+
+	jsetup();
+	jpath(path, sizeof(path), "journal.db");
+	ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_exec(db,
+		"CREATE TABLE tasks ("
+		" id INTEGER PRIMARY KEY, uid INTEGER NOT NULL,"
+		" kind TEXT NOT NULL, spec BLOB NOT NULL,"
+		" state INTEGER NOT NULL, spawned_us INTEGER NOT NULL,"
+		" started_us INTEGER NOT NULL DEFAULT 0,"
+		" finished_us INTEGER NOT NULL DEFAULT 0, value BLOB,"
+		" exit_code INTEGER, signal INTEGER, reason TEXT,"
+		" output_truncated INTEGER NOT NULL DEFAULT 0,"
+		" retries INTEGER NOT NULL DEFAULT 0,"
+		" cancel_requested INTEGER NOT NULL DEFAULT 0,"
+		" pgid INTEGER, pg_start INTEGER);"
+		"CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"
+		" WITHOUT ROWID;"
+		"INSERT INTO meta VALUES ('max_id', 3);"
+		"INSERT INTO tasks (id, uid, kind, spec, state, spawned_us)"
+		" VALUES (3, 0, 'exec', x'', 1, 1);"
+		"CREATE TABLE IF NOT EXISTS groups (name TEXT PRIMARY KEY,"
+		" parallel INTEGER NOT NULL, policy INTEGER NOT NULL,"
+		" weights TEXT NOT NULL, backend TEXT NOT NULL,"
+		" paused INTEGER NOT NULL) WITHOUT ROWID;"
+		"INSERT INTO groups VALUES ('build', 2, 1, '50,30,15,5', 'local',"
+		" 0);"
+		"PRAGMA application_id = 0x524f4b4a; PRAGMA user_version = 2",
+		NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), 4);
+	ck_assert_int_eq(jquery("SELECT parallel FROM groups WHERE name = "
+	                        "'build'"), 2);
+	ck_assert_int_eq(jquery("SELECT run = 1 AND next_us = 0 FROM tasks "
+	                        "WHERE id = 3"), 1);
 	jcleanup();
 }
 END_TEST
@@ -578,6 +630,8 @@ static Suite *journal_suite(void)
 		{ "schema_new_and_reopen", schema_new_and_reopen },
 		{ "schema_refuses_unchanged", schema_refuses_unchanged },
 		{ "schema_migrates_1_to_4", schema_migrates_1_to_4 },
+		{ "schema_migrates_2_with_groups",
+		  schema_migrates_2_with_groups },
 		{ "commit_then_complete", commit_then_complete },
 		{ "exec_group_rows", exec_group_rows },
 		{ "orphans_rules", orphans_rules },

@@ -8,6 +8,7 @@
  * tests/sched.test.
  */
 #include <check.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -276,6 +277,44 @@ START_TEST(fair_share)
 }
 END_TEST
 
+/*
+ * Fair share with aging on: A's 2,000 entries have waited 3 intervals when
+ * B queues one of the same class.  Aging raises a class, not one user's
+ * entries over another's of the same class: B's starts at the next free
+ * slot all the same, and A's aged class still goes ahead of fresher work
+ * of a higher class.
+ */
+START_TEST(fair_share_aged)
+{
+	enum { N = 2000 };
+	struct qgroup g;
+	struct ent *e = calloc(N + 2, sizeof(*e));
+	struct ent *run[2];
+
+	ck_assert_ptr_nonnull(e);
+	qcore_init(&g);
+	g.parallel = 2;
+	g.aging_ns = SEC;
+	for (int i = 0; i < N; i++)
+		push(&g, &e[i], i, 0, QCLS_NORMAL, 0);
+	run[0] = pick(&g, 0);
+	run[1] = pick(&g, 0);
+	push(&g, &e[N], N, 1000, QCLS_NORMAL, 3 * SEC);
+	push(&g, &e[N + 1], N + 1, 2000, QCLS_HIGH, 3 * SEC);
+	ck_assert_int_eq(qcore_class_now(&g, &e[N].q, 3 * SEC), QCLS_URGENT);
+	qcore_release(&g, &run[0]->q);
+	run[0] = pick(&g, 3 * SEC);
+	ck_assert_int_eq(run[0]->uid, 1000);
+	/* Then the aged normal class (urgent now) before the fresh high
+	 * entry. */
+	qcore_release(&g, &run[1]->q);
+	run[1] = pick(&g, 3 * SEC);
+	ck_assert_int_eq(run[1]->uid, 0);
+	qcore_done(&g);
+	free(e);
+}
+END_TEST
+
 /* Between users with equal running counts the longest waiting wins; a
  * user with fewer running tasks wins over an older entry. */
 START_TEST(fair_share_ties)
@@ -327,7 +366,7 @@ END_TEST
  * Differential: random pushes, picks, releases and removals with several
  * users and classes in a strict group with aging, against a reference that
  * scans every queued entry for the least (class now, user's running,
- * seq).
+ * seq), a class aging by the wait of its oldest queued entry.
  */
 START_TEST(differential)
 {
@@ -352,12 +391,24 @@ START_TEST(differential)
 			push(&g, &e[pushed], pushed, (uid_t)u, c, now);
 			state[pushed++] = 1;
 		} else if (op < 7) {
-			/* the reference's choice first */
+			/* the reference's choice first: a class ages by
+			 * its oldest queued entry's wait */
+			int64_t oldest[QCLS_N];
+			for (int c = 0; c < QCLS_N; c++)
+				oldest[c] = INT64_MAX;
+			for (int i = 0; i < pushed; i++)
+				if (state[i] == 1 &&
+				    e[i].q.enq_ns < oldest[e[i].cls])
+					oldest[e[i].cls] = e[i].q.enq_ns;
 			int best = -1, bc = 0;
 			for (int i = 0; i < pushed; i++) {
 				if (state[i] != 1)
 					continue;
-				int c = qcore_class_now(&g, &e[i].q, now);
+				int64_t steps = (now - oldest[e[i].cls]) / SEC;
+				int c = steps >= e[i].cls ? 0
+				        : e[i].cls - (int)steps;
+				ck_assert_int_eq(c, qcore_class_now(
+					&g, &e[i].q, now));
 				if (best < 0 || c < bc ||
 				    (c == bc && (running_of[e[i].uid] <
 				                 running_of[e[best].uid] ||
@@ -411,6 +462,7 @@ static Suite *qcore_suite(void)
 		{ "weighted_custom", weighted_custom },
 		{ "weighted_empty_class", weighted_empty_class },
 		{ "fair_share", fair_share },
+		{ "fair_share_aged", fair_share_aged },
 		{ "fair_share_ties", fair_share_ties },
 		{ "remove_pause_limit", remove_pause_limit },
 		{ "differential", differential },

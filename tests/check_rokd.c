@@ -2391,6 +2391,113 @@ START_TEST(watch_lagging_reader)
 END_TEST
 
 /* A user hears only of their own tasks (root of all). */
+/* Streams cut short: a watcher and a logs follower whose connections
+ * close while events flow (one never read, one mid-stream), then rokd
+ * stopped with a watch of all, a watch of ids and a logs -f still open.
+ * rokd exits 0 (under ASan: no use after free, nothing leaked). */
+START_TEST(streams_closed_and_stopped)
+{
+	rokd_start(NULL);
+	int fd = rc_hello();
+	uint64_t talker = rc_spawn_sh(fd, "while :; do echo x; sleep 0.01; done");
+	uint64_t sleeper = rc_spawn(fd, "sleep", "1h");
+	int gone_w = rc_hello(), gone_l = rc_hello(), mid = rc_hello();
+	rc_watch_req(gone_w, 1, NULL, 0, NULL);     /* never read */
+	rc_logs_req(gone_l, 2, talker, true);       /* never read */
+	rc_watch_req(mid, 3, NULL, 0, NULL);
+	ck_assert_uint_ge(rc_watch_snapshot(mid, 3), 2);
+	uint64_t ids[64];
+	for (int i = 0; i < 64; i++)
+		ids[i] = rc_spawn(fd, "noop", NULL);
+	close(gone_w);
+	close(gone_l);
+	Response *r = rc_watch_next(mid, 3);        /* one event, then cut */
+	rok__v1__response__free_unpacked(r, NULL);
+	close(mid);
+	Response *jr = rc_join(fd, ids, 64, 0);
+	rok__v1__response__free_unpacked(jr, NULL);
+	rc_ping_ok(fd);   /* the reactor went through the closes */
+
+	/* Left open at the stop. */
+	int all = rc_hello(), some = rc_hello(), logs = rc_hello();
+	rc_watch_req(all, 4, NULL, 0, NULL);
+	rc_watch_req(some, 5, &sleeper, 1, NULL);
+	rc_logs_req(logs, 6, talker, true);
+	ck_assert_uint_ge(rc_watch_snapshot(all, 4), 2);
+	ck_assert_uint_eq(rc_watch_snapshot(some, 5), 1);
+	rokd_stop();
+	close(all);
+	close(some);
+	close(logs);
+	close(fd);
+}
+END_TEST
+
+/* A watch and a logs of a task no longer in memory go through the
+ * blocking pool (the journal); their connections close meanwhile, over
+ * and over: nothing is left behind (no stream holds one of the uid's 4
+ * followers; rokd exits 0; under ASan, no leak). */
+START_TEST(streams_of_evicted_closed)
+{
+	rokd_start("max_finished = 1\nmax_followers_per_user = 4");
+	int fd = rc_hello();
+	uint64_t old = rc_spawn_sh(fd, "echo old");
+	Response *jr = rc_join(fd, &old, 1, 0);
+	rok__v1__response__free_unpacked(jr, NULL);
+	uint64_t ids[2];
+	for (int i = 0; i < 2; i++)
+		ids[i] = rc_spawn(fd, "noop", NULL);
+	jr = rc_join(fd, ids, 2, 0);
+	rok__v1__response__free_unpacked(jr, NULL);
+	for (int i = 0; i < 20; i++) {
+		int c = rc_hello();
+		rc_watch_req(c, 1, &old, 1, NULL);
+		rc_logs_req(c, 2, old, true);
+		close(c);
+	}
+	/* And read to the end: the journal's outcome, once.  Streams of the
+	 * closed connections may still be ending (on a later loop turn):
+	 * their followers come back soon, or never if one was kept. */
+	int c = rc_hello();
+	Response *r = NULL;
+	for (int tries = 0; tries < 1000; tries++) {
+		rc_watch_req(c, 3, &old, 1, NULL);
+		r = rc_recv(c);
+		ck_assert_ptr_nonnull(r);
+		if (r->error == NULL || r->error->code !=
+		    ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED)
+			break;
+		rok__v1__response__free_unpacked(r, NULL);
+		r = NULL;
+		usleep(10000);
+	}
+	ck_assert_msg(r != NULL, "the uid's followers never came back");
+	ck_assert_ptr_null(r->error);
+	int ends = 0;
+	for (;;) {
+		if (r == NULL)
+			r = rc_watch_next(c, 3);
+		bool end = r->watch->end;
+		if (!end && !r->watch->snapshot_done) {
+			ck_assert_uint_eq(r->watch->id, old);
+			ck_assert_int_eq(r->watch->state,
+			                 ROK__V1__TASK_STATE__TASK_SUCCEEDED);
+			ck_assert_ptr_nonnull(r->watch->task);
+			ends++;
+		}
+		rok__v1__response__free_unpacked(r, NULL);
+		r = NULL;
+		if (end)
+			break;
+	}
+	ck_assert_int_eq(ends, 1);
+	close(c);
+	rc_ping_ok(fd);
+	rokd_stop();
+	close(fd);
+}
+END_TEST
+
 START_TEST(watch_own_tasks_only)
 {
 	if (geteuid() != 0)
@@ -2514,6 +2621,8 @@ static Suite *rokd_suite(void)
 		{ "watch_every_end_once", watch_every_end_once },
 		{ "watch_lagging_reader", watch_lagging_reader },
 		{ "watch_own_tasks_only", watch_own_tasks_only },
+		{ "streams_closed_and_stopped", streams_closed_and_stopped },
+		{ "streams_of_evicted_closed", streams_of_evicted_closed },
 		{ "when_checks", when_checks },
 		{ "task_quotas", task_quotas },
 		{ "per_user_retention", per_user_retention },

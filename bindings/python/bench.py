@@ -18,7 +18,13 @@ so that a loaded machine hurts both sides alike:
          itself, rokd keeping up);
   loadp  `rok-load -c 1 -d D` on the same daemon: what the C client gets
          through one connection at the same depth (rokd's share of the
-         machine sets both).
+         machine sets both);
+  ratio  aio rate / loadp rate, per round (each pair runs back to back):
+         the asyncio client's throughput as a fraction of what one
+         connection carries, which a loaded machine moves much less than
+         either rate.  With its own rokd, bench.py also shows rokd's CPU
+         time per task in the aio and loadp runs (its cost, the same for
+         both clients).
 
 One line per measurement (the medians over the rounds), then the goals:
 asyncio >= 20,000 tasks/s, sync p50 <= 1.5 x rok-load's p50.
@@ -99,6 +105,26 @@ async def aio_throughput(sock, n, depth):
     return {"seconds": dt, "rate": n / dt, "cpu_rate": n / cpu}
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of a process (Linux /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def daemon_cost(pid, n, run):
+    """run(), and rokd's CPU microseconds per task during it (or None)."""
+    c0 = cpu_seconds(pid) if pid is not None else None
+    r = run()
+    c1 = cpu_seconds(pid) if pid is not None else None
+    r["rokd_us"] = (c1 - c0) / n * 1e6 if c0 is not None and c1 is not None \
+        else None
+    return r
+
+
 def start_rokd():
     rokd = os.environ.get("ROKD") or os.path.join(TOP, "build", "default",
                                                   "daemon", "rokd")
@@ -140,9 +166,11 @@ def main():
             runs["load"].append(rok_load(sock, a.n))
             runs["sync"].append(sync_latency(sock, a.n, False))
             runs["sync2"].append(sync_latency(sock, a.n // 2, True))
-            runs["aio"].append(asyncio.run(
-                aio_throughput(sock, a.aio_n, a.depth)))
-            runs["loadp"].append(rok_load(sock, a.aio_n, a.depth))
+            pid = proc.pid if proc is not None else None
+            runs["aio"].append(daemon_cost(pid, a.aio_n, lambda: asyncio.run(
+                aio_throughput(sock, a.aio_n, a.depth))))
+            runs["loadp"].append(daemon_cost(
+                pid, a.aio_n, lambda: rok_load(sock, a.aio_n, a.depth)))
     finally:
         if proc is not None:
             proc.terminate()
@@ -158,13 +186,29 @@ def main():
         print(f"{side:<5} {what:<22} n={a.n if side != 'sync2' else a.n // 2}"
               f" p50_us={med(side, 'p50'):.1f} p99_us={med(side, 'p99'):.1f}"
               f" max_us={med(side, 'max'):.1f}")
+    def rokd_us(side):
+        if runs[side][0]["rokd_us"] is None:
+            return ""
+        return f" rokd_us={med(side, 'rokd_us'):.1f}"
+
+    def each(side):
+        return ",".join(f"{r['rate']:.0f}" for r in runs[side])
+
     print(f"aio   rok.aio.Client.run     n={a.aio_n} depth={a.depth} "
           f"seconds={med('aio', 'seconds'):.3f} "
           f"rate={med('aio', 'rate'):.0f} "
-          f"cpu_rate={med('aio', 'cpu_rate'):.0f}")
+          f"cpu_rate={med('aio', 'cpu_rate'):.0f} "
+          f"client_us={1e6 / med('aio', 'cpu_rate'):.1f}{rokd_us('aio')} "
+          f"rounds={each('aio')}")
     print(f"loadp rok-load -c 1 -d {a.depth:<5} n={a.aio_n} depth={a.depth} "
           f"seconds={med('loadp', 'seconds'):.3f} "
-          f"rate={med('loadp', 'rate'):.0f}")
+          f"rate={med('loadp', 'rate'):.0f}{rokd_us('loadp')} "
+          f"rounds={each('loadp')}")
+    ratios = [x["rate"] / y["rate"] for x, y in zip(runs["aio"],
+                                                    runs["loadp"])]
+    print(f"ratio aio / loadp rate       n={a.aio_n} depth={a.depth} "
+          f"ratio={statistics.median(ratios):.2f} "
+          f"rounds={','.join(f'{r:.2f}' for r in ratios)}")
     ratio = med("sync", "p50") / med("load", "p50")
     rate = med("aio", "rate")
     print(f"goals: aio rate {rate:.0f}/s >= 20000: "

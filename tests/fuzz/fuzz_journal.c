@@ -140,7 +140,7 @@ static void fuzz_list_all(void)
 		TaskInfo **infos = tasktab_infos_new(PAGE);
 		if (infos == NULL)
 			return;
-		size_t n = tasktab_list(0, 0, after, PAGE, SIZE_MAX, infos,
+		size_t n = tasktab_list(0, 0, NULL, after, PAGE, SIZE_MAX, infos,
 		                        &more);
 		for (size_t i = 0; i < n; i++)
 			after = infos[i]->id;

@@ -49,7 +49,7 @@ static void fuzz_tasks_cancel(int state)
 		TaskInfo **infos = tasktab_infos_new(PAGE);
 		if (infos == NULL)
 			return;   /* the caller's loop tries again */
-		size_t n = tasktab_list(0, state, after, PAGE, SIZE_MAX,
+		size_t n = tasktab_list(0, state, NULL, after, PAGE, SIZE_MAX,
 		                        infos, &more);
 		for (size_t i = 0; i < n; i++) {
 			(void)tasktab_cancel(infos[i]->id, 0);

@@ -2,10 +2,11 @@
 
 ``await rok.aio.connect()`` (or ``async with rok.aio.connect() as client``)
 opens one connection, and every request of every coroutine goes over it,
-pipelined: each request gets a fresh id, one reader task reads the socket
-and hands each reply to the coroutine that waits for that id (or to the log
-stream it belongs to), in whatever order the daemon answers.  Requests
-written in the same turn of the event loop leave in one write.
+pipelined: each request gets a fresh id, and the connection (an asyncio
+protocol: no reader task) hands each reply, as the socket delivers it, to
+the coroutine that waits for that id (or to the log stream it belongs to),
+in whatever order the daemon answers.  Requests written in the same turn
+of the event loop leave in one write (or one per 32).
 
 Cancellation.  Cancelling a coroutine that awaits a reply
 (``asyncio.wait_for`` timing out, ``task.cancel()``) abandons the *wait*
@@ -28,7 +29,7 @@ not the protocol) fails every waiting coroutine and every later call with
 import asyncio
 import collections
 import time
-from typing import (Any, AsyncIterator, Deque, Dict, Generator,
+from typing import (Any, AsyncIterator, Awaitable, Deque, Dict, Generator,
                     Iterable, List, Mapping, Optional, Sequence, Tuple)
 
 from . import _protocol as P
@@ -50,7 +51,6 @@ __all__ = [
     "ConnectionError", "TaskFailed",
 ]
 
-_READ_SIZE = 256 * 1024
 # Above this much unsent data, a caller waits for the socket to drain.
 _WRITE_HIGH = 4 << 20
 # Requests queued in one loop turn that are written at once, not at its end.
@@ -89,17 +89,19 @@ class _Slots:
         self._free += 1
 
 
-class _Conn:
-    """The connection: a writer that batches frames per loop turn (or per
-    _WRITE_BATCH frames) and a reader task that routes replies by id.
-    Event-loop thread only."""
+class _Conn(asyncio.Protocol):
+    """The connection, an asyncio protocol.  Requests are framed into a
+    buffer that goes out in one write per loop turn (or per _WRITE_BATCH
+    frames); the loop hands what the socket gives to data_received, which
+    cuts it into replies and routes each by id, in that same callback (no
+    reader task and no stream buffer in between: a reply costs a parse and
+    a future's result).  Event-loop thread only."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.max_frame = P.DEFAULT_MAX_FRAME
-        self._reader: Optional[asyncio.StreamReader] = None
-        self._writer: Optional[asyncio.StreamWriter] = None
-        self._reader_task: Optional["asyncio.Task[None]"] = None
+        self._transport: Optional[asyncio.Transport] = None
+        self._decoder = P.Decoder()
         self._next_id = 1
         # id -> the future of a plain request (kept until its reply comes,
         # even if the caller gave up: it holds a slot until then).
@@ -110,21 +112,77 @@ class _Conn:
         self._wbuf: List[bytes] = []
         self._flush_scheduled = False
         self._broken: Optional[str] = None
+        # While the transport holds more than _WRITE_HIGH unsent bytes
+        # (pause_writing): done when it is down again, or broken.
+        self._drained: Optional["asyncio.Future[None]"] = None
+        # Done when the transport is gone (connection_lost).
+        self._lost: Optional["asyncio.Future[None]"] = None
 
     async def open(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._lost = self._loop.create_future()
         try:
-            self._reader, self._writer = await asyncio.open_unix_connection(
-                self.path)
+            await self._loop.create_unix_connection(lambda: self, self.path)
         except OSError as e:
+            self._lost = None
             raise ConnectionError(f"connecting to rokd at {self.path}: "
                                   f"{e.strerror or e}") from e
-        self._loop = asyncio.get_running_loop()
-        self._reader_task = self._loop.create_task(self._read_loop())
 
     def set_limits(self, server: ServerInfo) -> None:
         self.max_frame = server.max_frame
         if server.max_in_flight > 0:
             self._slots = _Slots(server.max_in_flight)
+
+    # -- the transport's callbacks --
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        transport.set_write_buffer_limits(high=_WRITE_HIGH)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            replies = self._decoder.feed(data)
+        except ConnectionError as e:
+            self._break(str(e))
+            return
+        pending = self._pending
+        slots = self._slots
+        try:
+            for resp in replies:
+                # Inline, as this runs once per task of a pipelined batch.
+                fut = pending.pop(resp.id, None)
+                if fut is None:
+                    self._route_stream(resp)
+                    continue
+                if slots is not None:
+                    slots.release()
+                if not fut.done():
+                    fut.set_result(resp)
+        except BaseException as e:  # a bug here must not hang callers
+            self._break(f"reading from rokd: {e!r}")
+            raise
+
+    def eof_received(self) -> None:
+        self._break("rokd closed the connection")
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        if exc is None:
+            self._break("rokd closed the connection")
+        else:
+            self._break(f"reading from rokd: "
+                        f"{getattr(exc, 'strerror', None) or exc}")
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._drained is None:
+            self._drained = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        d, self._drained = self._drained, None
+        if d is not None and not d.done():
+            d.set_result(None)
 
     # -- sending --
 
@@ -136,15 +194,14 @@ class _Conn:
         if self._slots is not None:
             self._slots.release()
 
-    def _write(self, req: "pb.Request") -> int:
+    def _write(self, req: P.AnyRequest) -> int:
         """Queues ``req`` under a fresh id (the caller holds a slot)."""
         if self._broken is not None:
             raise ConnectionError(self._broken)
         rid = self._next_id
         self._next_id += 1
-        req.id = rid
         wbuf = self._wbuf
-        wbuf.append(P.encode(req, self.max_frame))
+        wbuf.append(P.frame(req, rid, self.max_frame))
         if len(wbuf) >= _WRITE_BATCH:
             # Do not hold a long burst back until the end of the loop turn:
             # rokd can work on these while we build the rest.
@@ -163,29 +220,28 @@ class _Conn:
             return
         data = b"".join(self._wbuf)
         self._wbuf.clear()
-        assert self._writer is not None
+        assert self._transport is not None
         try:
-            self._writer.write(data)
+            self._transport.write(data)
         except (OSError, RuntimeError) as e:
             self._break(f"sending to rokd: {e}")
 
-    async def _drain(self) -> None:
-        assert self._writer is not None
-        try:
-            await self._writer.drain()
-        except OSError as e:
-            self._break(f"sending to rokd: {e.strerror or e}")
-
-    async def call(self, req: "pb.Request", expect: str) -> Any:
-        """Sends ``req`` and returns the reply body ``expect`` (or raises
-        the daemon's error)."""
+    def send(self, req: P.AnyRequest) -> Awaitable["pb.Response"]:
+        """Sends ``req``; an awaitable of its reply (``P.body`` makes it the
+        reply body or the daemon's error).  Not a coroutine: while a slot
+        is free and the socket keeps up, the awaitable is the reply's future
+        itself, and a request costs its caller no coroutine frame."""
         slots = self._slots
         if slots is not None:
-            # Inline fast path of _Slots.acquire: no coroutine when free.
+            # Inline fast path of _Slots.acquire.
             if slots._free > 0 and not slots._waiters:
                 slots._free -= 1
             else:
-                await slots.acquire()
+                return self._send_when_free(req)
+        return self._send(req)
+
+    def _send(self, req: P.AnyRequest) -> Awaitable["pb.Response"]:
+        """send with a slot held."""
         try:
             rid = self._write(req)
         except BaseException:
@@ -193,14 +249,32 @@ class _Conn:
             raise
         fut = self._loop.create_future()
         self._pending[rid] = fut
-        w = self._writer
-        if w is not None and \
-                w.transport.get_write_buffer_size() > _WRITE_HIGH:
-            await self._drain()
-        return P.body(await fut, expect)
+        drained = self._drained
+        if drained is not None:
+            return self._wait_drained(drained, fut)
+        return fut
+
+    async def _send_when_free(self, req: P.AnyRequest) -> "pb.Response":
+        assert self._slots is not None
+        await self._slots.acquire()
+        return await self._send(req)
+
+    @staticmethod
+    async def _wait_drained(drained: "asyncio.Future[None]",
+                            fut: "asyncio.Future[pb.Response]"
+                            ) -> "pb.Response":
+        # Several callers may wait: a cancelled one must not cancel the
+        # future the others wait on.
+        await asyncio.shield(drained)
+        return await fut
+
+    async def call(self, req: P.AnyRequest, expect: str) -> Any:
+        """Sends ``req`` and returns the reply body ``expect`` (or raises
+        the daemon's error)."""
+        return P.body(await self.send(req), expect)
 
     async def open_stream(
-            self, req: "pb.Request") -> Tuple[int, "asyncio.Queue[Any]"]:
+            self, req: P.AnyRequest) -> Tuple[int, "asyncio.Queue[Any]"]:
         """Sends a request answered by a stream of replies; its id and the
         queue they arrive on (a ConnectionError instance if it breaks)."""
         await self._acquire()
@@ -220,36 +294,10 @@ class _Conn:
 
     # -- receiving --
 
-    async def _read_loop(self) -> None:
-        assert self._reader is not None
-        decoder = P.Decoder()
-        try:
-            while True:
-                data = await self._reader.read(_READ_SIZE)
-                if not data:
-                    self._break("rokd closed the connection")
-                    return
-                for resp in decoder.feed(data):
-                    self._route(resp)
-        except ConnectionError as e:
-            self._break(str(e))
-        except OSError as e:
-            self._break(f"reading from rokd: {e.strerror or e}")
-        except asyncio.CancelledError:
-            self._break("the client was closed")
-            raise
-        except BaseException as e:  # a bug here must not hang callers
-            self._break(f"reading from rokd: {e!r}")
-            raise
-
-    def _route(self, resp: "pb.Response") -> None:
+    def _route_stream(self, resp: "pb.Response") -> None:
+        """A reply that is not to a plain request: a log stream's, or one
+        to nothing we sent (ignored)."""
         rid = resp.id
-        fut = self._pending.pop(rid, None)
-        if fut is not None:
-            self._release()
-            if not fut.done():
-                fut.set_result(resp)
-            return
         if rid in self._streams:
             q = self._streams[rid]
             ended = (resp.HasField("error") and resp.error.code != pb.OK) \
@@ -259,7 +307,6 @@ class _Conn:
                 self._release()
             if q is not None:
                 q.put_nowait(resp)
-        # Otherwise: a reply to nothing we sent; ignore it.
 
     # -- ending --
 
@@ -280,23 +327,18 @@ class _Conn:
             if q is not None:
                 q.put_nowait(err)
         self._streams.clear()
-        if self._writer is not None:
-            self._writer.close()
+        self._wbuf.clear()
+        self.resume_writing()
+        if self._transport is not None:
+            # Not close(): it would first write out what is buffered, which
+            # a daemon that stopped reading never takes.  Every request in
+            # there has just failed anyway.
+            self._transport.abort()
 
     async def close(self) -> None:
         self._break("the client was closed")
-        t = self._reader_task
-        if t is not None and not t.done():
-            t.cancel()
-            try:
-                await t
-            except asyncio.CancelledError:
-                pass
-        if self._writer is not None:
-            try:
-                await self._writer.wait_closed()
-            except OSError:
-                pass
+        if self._transport is not None and self._lost is not None:
+            await asyncio.shield(self._lost)
 
 
 class Task:
@@ -398,9 +440,9 @@ class LogStream:
     task as it was at the end.  The request is sent when iteration starts;
     ``await stream.aclose()`` (or ``async with``) stops early."""
 
-    def __init__(self, conn: _Conn, req: "pb.Request") -> None:
+    def __init__(self, conn: _Conn, req: P.AnyRequest) -> None:
         self._conn = conn
-        self._req: Optional["pb.Request"] = req
+        self._req: Optional[P.AnyRequest] = req
         self._rid: Optional[int] = None
         self._queue: Optional["asyncio.Queue[Any]"] = None
         self._pending: Deque[LogChunk] = collections.deque()
@@ -503,8 +545,8 @@ class Client:
         spec = _spec(args, kind, timeout, env, cwd, stdin, clean_env, retry,
                      kill_grace, group, priority, after, after_any, at,
                      delay, retry_failed, backoff)
-        reply = await self._conn.call(P.spawn(spec), "spawn")
-        return Task(self, reply.id)
+        reply = await self._conn.send(P.spawn(spec))
+        return Task(self, P.body(reply, "spawn").id)
 
     async def run(self, args: Sequence[StrOrBytes] = (), kind: str = "exec",
                   timeout: Optional[Seconds] = None,
@@ -516,16 +558,15 @@ class Client:
         """As :meth:`rok.Client.run`: spawn and wait in one request."""
         spec = _spec(args, kind, timeout, env, cwd, stdin, clean_env, retry,
                      kill_grace, None, None, None)
-        reply = await self._conn.call(P.spawn(spec, True, wait_timeout),
-                                      "spawn")
-        return P.result(reply.task)
+        # The hot path of a pipelined batch: one coroutine frame (this).
+        reply = await self._conn.send(P.spawn(spec, True, wait_timeout))
+        return P.result(P.body(reply, "spawn").task)
 
     async def join_all(self, tasks: Iterable[object],
                        timeout: Optional[Seconds] = None) -> List[Result]:
         """As :meth:`rok.Client.join_all`."""
-        reply = await self._conn.call(P.join(P.task_ids(tasks), timeout),
-                                      "join")
-        return [P.result(t) for t in reply.tasks]
+        reply = await self._conn.send(P.join(P.task_ids(tasks), timeout))
+        return [P.result(t) for t in P.body(reply, "join").tasks]
 
     async def race(self, tasks: Sequence[object], cancel_rest: bool = False,
                    timeout: Optional[Seconds] = None) -> Tuple[int, Result]:

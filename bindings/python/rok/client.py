@@ -64,7 +64,7 @@ class _Conn:
 
     # -- sending --
 
-    def send(self, req: "pb.Request") -> int:
+    def send(self, req: P.AnyRequest) -> int:
         """Sends ``req`` under a fresh id and returns the id; its replies
         are kept for :meth:`recv` until :meth:`forget`."""
         with self._cond:
@@ -73,9 +73,8 @@ class _Conn:
             rid = self._next_id
             self._next_id += 1
             self._queues[rid] = collections.deque()
-        req.id = rid
         try:
-            frame = P.encode(req, self.max_frame)
+            frame = P.frame(req, rid, self.max_frame)
         except BaseException:
             self.forget(rid)
             raise
@@ -148,7 +147,7 @@ class _Conn:
         with self._cond:
             self._queues.pop(rid, None)
 
-    def call(self, req: "pb.Request", expect: str):
+    def call(self, req: P.AnyRequest, expect: str):
         rid = self.send(req)
         try:
             return P.body(self.recv(rid), expect)

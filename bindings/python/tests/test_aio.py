@@ -2,6 +2,7 @@
 pipelining on one connection, cancellation, streams, a dying daemon."""
 
 import asyncio
+import threading
 
 import pytest
 
@@ -184,6 +185,59 @@ def test_requests_over_the_daemons_limit_wait_in_the_client(make_rokd):
             assert all(r.ok for r in rs)
 
     run(main())
+
+
+def test_a_burst_past_the_write_buffer_waits_for_it(rokd, monkeypatch):
+    """More requests than the client buffers: callers wait for the socket
+    to drain (pause_writing / resume_writing), and every reply comes."""
+    monkeypatch.setattr(rok.aio, "_WRITE_HIGH", 64 * 1024)
+    pauses = []
+    pause = rok.aio._Conn.pause_writing
+
+    def counting(self):
+        pauses.append(1)
+        pause(self)
+
+    monkeypatch.setattr(rok.aio._Conn, "pause_writing", counting)
+
+    async def main():
+        async with rok.aio.connect(rokd.socket) as c:
+            args = [b"%d" % i + b"." * 16000 for i in range(400)]
+            rs = await asyncio.gather(*(c.run(kind="echo", args=[a])
+                                        for a in args))
+            assert [r.value for r in rs] == args
+            assert pauses, "6 MB never filled a 64 KiB buffer"
+            await c.ping()
+
+    run(main())
+
+
+def test_close_does_not_wait_for_a_daemon_that_stopped_reading(
+        fake_daemon):
+    stuck = threading.Event()
+
+    def handler(req):
+        stuck.wait(WAIT)        # stops reading the socket
+        return None
+
+    f = fake_daemon(handler)
+
+    async def main():
+        c = await rok.aio.connect(f.socket)
+        pings = [asyncio.ensure_future(c.ping(b"." * 65536))
+                 for _ in range(200)]
+        # Wait until the client holds what the socket would not take.
+        while c._conn._drained is None:
+            await asyncio.sleep(0.001)
+        await c.close()
+        for p in pings:
+            with pytest.raises(rok.ConnectionError):
+                await p
+
+    try:
+        run(main())
+    finally:
+        stuck.set()
 
 
 def test_daemon_dies_mid_call(make_rokd):

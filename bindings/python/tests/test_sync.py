@@ -497,5 +497,7 @@ def test_watch_bad_arguments(client):
         client.watch(states=["sleeping"])
     with pytest.raises(ValueError):
         client.watch([1], group="default")
-    with client.watch(group="no such group") as w:
+    with client.watch(group="nosuchgroup") as w:
         assert next(w).kind == "snapshot_done"
+    with pytest.raises(rok.InvalidArgument, match="bad group name"):
+        next(client.watch(group="no such group"))

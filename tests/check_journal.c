@@ -303,7 +303,7 @@ START_TEST(schema_migrates_2_with_groups)
 		NULL, NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
 	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
-	ck_assert_int_eq(jquery("PRAGMA user_version"), 4);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), JOURNAL_SCHEMA_VERSION);
 	ck_assert_int_eq(jquery("SELECT parallel FROM groups WHERE name = "
 	                        "'build'"), 2);
 	ck_assert_int_eq(jquery("SELECT run = 1 AND next_us = 0 FROM tasks "

@@ -198,3 +198,21 @@ void json_bytes(struct json_obj *o, const char *key, const void *data,
 		json_base64(o->f, data, len);
 	}
 }
+
+void json_i64_or_null(struct json_obj *o, const char *key, bool has,
+		      int64_t v)
+{
+	if (has)
+		json_i64(o, key, v);
+	else
+		json_null(o, key);
+}
+
+void json_bytes_or_null(struct json_obj *o, const char *key,
+			const void *data, size_t len)
+{
+	if (len > 0)
+		json_bytes(o, key, data, len);
+	else
+		json_null(o, key);
+}

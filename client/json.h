@@ -52,5 +52,11 @@ void json_str(struct json_obj *o, const char *key, const char *s);
  */
 void json_bytes(struct json_obj *o, const char *key, const void *data,
 		size_t len);
+/* The optional fields of a task: v if `has`, else null; the bytes if
+ * there are any, else null. */
+void json_i64_or_null(struct json_obj *o, const char *key, bool has,
+		      int64_t v);
+void json_bytes_or_null(struct json_obj *o, const char *key,
+			const void *data, size_t len);
 
 #endif /* ROK_JSON_H */

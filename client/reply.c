@@ -431,6 +431,25 @@ void rok_reply_free(rok_reply *r)
 
 /* ---- names ---------------------------------------------------------- */
 
+#define REPLY_NAMES(a) (a), sizeof(a) / sizeof((a)[0])
+
+/* names[v], or `other` for a value past the table. */
+static const char *reply_name(const char *const *names, size_t n, int v,
+			      const char *other)
+{
+	return v >= 0 && (size_t)v < n ? names[v] : other;
+}
+
+/* The value whose name is `name` (any case), index 0 (unspecified) left
+ * out: the first match from 1, or -EINVAL. */
+static int reply_parse(const char *const *names, size_t n, const char *name)
+{
+	for (size_t i = 1; i < n; i++)
+		if (strcasecmp(name, names[i]) == 0)
+			return (int)i;
+	return -EINVAL;
+}
+
 static const char *const reply_error_names[] = {
 	"ok", "not_found", "permission_denied", "invalid_argument",
 	"resource_exhausted", "timed_out", "cancelled", "unavailable",
@@ -440,10 +459,11 @@ static const char *const reply_error_names[] = {
 const char *rok_error_name(int code)
 {
 	static _Thread_local char buf[32];
+	const char *s = reply_name(REPLY_NAMES(reply_error_names), code,
+				   NULL);
 
-	if (code >= 0 && (size_t)code < sizeof(reply_error_names) /
-					 sizeof(reply_error_names[0]))
-		return reply_error_names[code];
+	if (s != NULL)
+		return s;
 	snprintf(buf, sizeof(buf), "error_%d", code);
 	return buf;
 }
@@ -455,20 +475,12 @@ static const char *const reply_state_names[] = {
 
 const char *rok_state_name(int state)
 {
-	if (state >= 0 && (size_t)state < sizeof(reply_state_names) /
-					  sizeof(reply_state_names[0]))
-		return reply_state_names[state];
-	return "unknown";
+	return reply_name(REPLY_NAMES(reply_state_names), state, "unknown");
 }
 
 int rok_state_parse(const char *name)
 {
-	for (size_t i = 1; i < sizeof(reply_state_names) /
-			       sizeof(reply_state_names[0]); i++) {
-		if (strcasecmp(name, reply_state_names[i]) == 0)
-			return (int)i;
-	}
-	return -EINVAL;
+	return reply_parse(REPLY_NAMES(reply_state_names), name);
 }
 
 bool rok_state_finished(int state)
@@ -478,24 +490,20 @@ bool rok_state_finished(int state)
 
 /* ---- priorities and policies ----------------------------------------- */
 
+/* "normal" twice: 0 (unspecified) means normal; parsing finds 3. */
 static const char *const reply_priority_names[] = {
 	"normal", "urgent", "high", "normal", "low",
 };
 
 const char *rok_priority_name(int priority)
 {
-	if (priority >= 0 && (size_t)priority < sizeof(reply_priority_names) /
-					     sizeof(reply_priority_names[0]))
-		return reply_priority_names[priority];
-	return "unknown";
+	return reply_name(REPLY_NAMES(reply_priority_names), priority,
+			  "unknown");
 }
 
 int rok_priority_parse(const char *name)
 {
-	for (int i = 1; i <= ROK_PRIORITY_LOW; i++)
-		if (strcasecmp(name, reply_priority_names[i]) == 0)
-			return i;
-	return -EINVAL;
+	return reply_parse(REPLY_NAMES(reply_priority_names), name);
 }
 
 static const char *const reply_policy_names[] = {
@@ -504,16 +512,10 @@ static const char *const reply_policy_names[] = {
 
 const char *rok_policy_name(int policy)
 {
-	if (policy >= 0 && (size_t)policy < sizeof(reply_policy_names) /
-					   sizeof(reply_policy_names[0]))
-		return reply_policy_names[policy];
-	return "unknown";
+	return reply_name(REPLY_NAMES(reply_policy_names), policy, "unknown");
 }
 
 int rok_policy_parse(const char *name)
 {
-	for (int i = 1; i <= ROK_POLICY_WEIGHTED; i++)
-		if (strcasecmp(name, reply_policy_names[i]) == 0)
-			return i;
-	return -EINVAL;
+	return reply_parse(REPLY_NAMES(reply_policy_names), name);
 }

@@ -380,27 +380,14 @@ int rok_client_send_watch(rok_client *c, const uint64_t *ids, size_t n,
 int rok_client_send_list(rok_client *c, int state, uint64_t after_id,
 			 uint32_t limit, uint64_t *req_id)
 {
-	Rok__V1__Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__ListRequest body = ROK__V1__LIST_REQUEST__INIT;
-
-	*req_id = 0;
-	if (state < 0)
-		return request_bad(c, "list: bad state");
-	body.state = (Rok__V1__TaskState)state;
-	body.after_id = after_id;
-	body.limit = limit;
-	req.body_case = ROK__V1__REQUEST__BODY_LIST;
-	req.list = &body;
-	return client_send(c, &req, req_id);
+	return rok_client_send_list_group(c, NULL, state, after_id, limit,
+					  req_id);
 }
 
 int rok_client_list(rok_client *c, int state, uint64_t after_id,
 		    uint32_t limit, rok_reply **out)
 {
-	uint64_t rid;
-	int rc = rok_client_send_list(c, state, after_id, limit, &rid);
-
-	return request_finish(c, rc, rid, ROK_REPLY_LIST, out);
+	return rok_client_list_group(c, NULL, state, after_id, limit, out);
 }
 
 int rok_client_send_list_group(rok_client *c, const char *group, int state,
@@ -485,27 +472,25 @@ int rok_client_send_stats(rok_client *c, uint64_t *req_id)
 	return client_send(c, &req, req_id);
 }
 
-int rok_client_stats(rok_client *c, rok_daemon_stats *out)
-{
-	rok_reply *r;
-	uint64_t rid;
-	int rc = rok_client_send_stats(c, &rid);
-
-	memset(out, 0, sizeof(*out));
-	rc = request_finish(c, rc, rid, ROK_REPLY_STATS, &r);
-	if (r == NULL)
-		return rc;
-	*out = r->stats;
-	rok_reply_free(r);
-	return 0;
-}
-
 int rok_client_stats_reply(rok_client *c, rok_reply **out)
 {
 	uint64_t rid;
 	int rc = rok_client_send_stats(c, &rid);
 
 	return request_finish(c, rc, rid, ROK_REPLY_STATS, out);
+}
+
+int rok_client_stats(rok_client *c, rok_daemon_stats *out)
+{
+	rok_reply *r;
+	int rc = rok_client_stats_reply(c, &r);
+
+	memset(out, 0, sizeof(*out));
+	if (r == NULL)
+		return rc;
+	*out = r->stats;
+	rok_reply_free(r);
+	return 0;
 }
 
 int rok_client_send_prune(rok_client *c, uint64_t older_than_ms,

@@ -39,6 +39,7 @@ static int list_number(struct rokctl *ctx, const struct rokctl_args *a,
 static int list_exec(struct rokctl *ctx, const struct rokctl_args *a)
 {
 	struct print_table tab = { .truncate = true };
+	const char *group = a->seen[KEY_GROUP] ? a->val[KEY_GROUP] : NULL;
 	uint64_t after, limit, shown = 0;
 	int state = 0, rc;
 
@@ -64,12 +65,8 @@ static int list_exec(struct rokctl *ctx, const struct rokctl_args *a)
 			page = (uint32_t)(limit - shown);
 		if (a->seen[KEY_LIMIT] && page == 0)
 			break;
-		if (a->seen[KEY_GROUP])
-			rc = rok_client_list_group(ctx->client, a->val[KEY_GROUP],
-						   state, after, page, &r);
-		else
-			rc = rok_client_list(ctx->client, state, after, page,
-					     &r);
+		rc = rok_client_list_group(ctx->client, group, state, after,
+					   page, &r);
 		if (rc != 0)
 			return rokctl_fail(ctx, rc);
 		n = r->n_tasks;

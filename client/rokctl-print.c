@@ -167,20 +167,11 @@ static void print_json_task(const rok_task_info *t, long index)
 	json_u64(&o, "id", t->id);
 	json_str(&o, "state", rok_state_name(t->state));
 	json_bytes(&o, "kind", t->kind.data, t->kind.len);
-	if (t->has_exit_code)
-		json_i64(&o, "exit_code", t->exit_code);
-	else
-		json_null(&o, "exit_code");
-	if (t->has_signal)
-		json_i64(&o, "signal", t->signal);
-	else
-		json_null(&o, "signal");
+	json_i64_or_null(&o, "exit_code", t->has_exit_code, t->exit_code);
+	json_i64_or_null(&o, "signal", t->has_signal, t->signal);
 	json_bytes(&o, "value", t->value.data, t->value.len);
 	json_bool(&o, "output_truncated", t->output_truncated);
-	if (t->reason.len > 0)
-		json_bytes(&o, "reason", t->reason.data, t->reason.len);
-	else
-		json_null(&o, "reason");
+	json_bytes_or_null(&o, "reason", t->reason.data, t->reason.len);
 	json_u64(&o, "uid", t->uid);
 	json_u64(&o, "retries", t->retries);
 	json_u64(&o, "run", t->run > 0 ? t->run : 1);
@@ -205,15 +196,9 @@ static void print_json_task(const rok_task_info *t, long index)
 		json_string(stdout, t->args[i].data, t->args[i].len);
 	}
 	putc(']', stdout);
-	if (t->group.len > 0)
-		json_bytes(&o, "group", t->group.data, t->group.len);
-	else
-		json_null(&o, "group");
+	json_bytes_or_null(&o, "group", t->group.data, t->group.len);
 	json_str(&o, "priority", rok_priority_name(t->priority));
-	if (t->waiting.len > 0)
-		json_bytes(&o, "waiting", t->waiting.data, t->waiting.len);
-	else
-		json_null(&o, "waiting");
+	json_bytes_or_null(&o, "waiting", t->waiting.data, t->waiting.len);
 	if (index >= 0)
 		json_i64(&o, "index", index);
 	json_end(&o);
@@ -311,31 +296,41 @@ int print_outcome(const rok_task_info *t, size_t n)
 	return rc;
 }
 
+size_t print_quantile_bucket(const rok_histogram *h,
+			     const rok_histogram *before, unsigned q)
+{
+	uint64_t n = h->count - (before != NULL ? before->count : 0);
+	/* Rounded up, at least 1: the q-th percent observation. */
+	uint64_t want = n / 100 * q + (n % 100 * q + 99) / 100, seen = 0;
+
+	if (want == 0)
+		want = 1;
+	for (size_t i = 0; i < h->n_bounds; i++) {
+		seen += h->counts[i] - (before != NULL ? before->counts[i] : 0);
+		if (seen >= want)
+			return i;
+	}
+	return h->n_bounds;
+}
+
 /* The upper bound of the bucket holding quantile q (percent) of h, as
  * "<=250us", or ">LAST" past the last bound; "-" for no observation. */
 static void stats_quantile(const rok_histogram *h, unsigned q, char *buf,
 			   size_t len)
 {
-	uint64_t want, seen = 0;
+	size_t i;
 
 	if (h->count == 0 || h->n_bounds == 0) {
 		snprintf(buf, len, "-");
 		return;
 	}
-	/* Rounded up, at least 1: the q-th percent observation. */
-	want = h->count / 100 * q + (h->count % 100 * q + 99) / 100;
-	if (want == 0)
-		want = 1;
-	for (size_t i = 0; i < h->n_bounds; i++) {
-		seen += h->counts[i];
-		if (seen >= want) {
-			snprintf(buf, len, "<=%lluus",
-				 (unsigned long long)h->bounds_us[i]);
-			return;
-		}
-	}
-	snprintf(buf, len, ">%lluus",
-		 (unsigned long long)h->bounds_us[h->n_bounds - 1]);
+	i = print_quantile_bucket(h, NULL, q);
+	if (i < h->n_bounds)
+		snprintf(buf, len, "<=%lluus",
+			 (unsigned long long)h->bounds_us[i]);
+	else
+		snprintf(buf, len, ">%lluus",
+			 (unsigned long long)h->bounds_us[h->n_bounds - 1]);
 }
 
 /* "NAME count N sum_us S p50 <=B p99 <=B" */

@@ -258,6 +258,25 @@ static int spawn_ids(struct rokctl *ctx, const char *flag, const char *s,
 	}
 }
 
+/* The count option `key` (left as it is if not given); an exit status. */
+static int spawn_count(struct rokctl *ctx, const struct rokctl_args *a,
+		       int key, const char *flag, uint32_t *out)
+{
+	const char *s = a->val[key];
+	char *end;
+	unsigned long n;
+
+	if (!a->seen[key])
+		return ROKCTL_EXIT_OK;
+	errno = 0;
+	n = strtoul(s, &end, 10);
+	if (errno != 0 || *end != '\0' || end == s || s[0] == '-' ||
+	    n > UINT32_MAX)
+		return rokctl_usage(ctx, "%s wants a count, not '%s'", flag, s);
+	*out = (uint32_t)n;
+	return ROKCTL_EXIT_OK;
+}
+
 static uint64_t spawn_now_us(void)
 {
 	struct timespec ts;
@@ -284,18 +303,17 @@ static int spawn_at_parse(const char *s, uint64_t now_us, uint64_t *us)
 		struct tm today;
 		if (localtime_r(&now, &today) == NULL)
 			return -EINVAL;
-		today.tm_hour = tm.tm_hour;
-		today.tm_min = tm.tm_min;
-		today.tm_sec = tm.tm_sec;
-		today.tm_isdst = -1;
-		t = mktime(&today);
-		if (t != (time_t)-1 && (uint64_t)t * 1000000 <= now_us) {
-			today.tm_mday++;   /* mktime normalises */
-			today.tm_hour = tm.tm_hour;
-			today.tm_min = tm.tm_min;
-			today.tm_sec = tm.tm_sec;
-			today.tm_isdst = -1;
-			t = mktime(&today);
+		/* Today at that time, else tomorrow. */
+		for (int day = 0; day < 2; day++) {
+			struct tm when = today;
+			when.tm_mday += day;   /* mktime normalises */
+			when.tm_hour = tm.tm_hour;
+			when.tm_min = tm.tm_min;
+			when.tm_sec = tm.tm_sec;
+			when.tm_isdst = -1;
+			t = mktime(&when);
+			if (t == (time_t)-1 || (uint64_t)t * 1000000 > now_us)
+				break;
 		}
 		if (t == (time_t)-1 || t < 0)
 			return -EINVAL;
@@ -367,19 +385,10 @@ static int spawn_when(struct rokctl *ctx, const struct rokctl_args *a,
 			return rc;
 		sp->spec.not_before_us = spawn_now_us() + ms * 1000;
 	}
-	if (a->seen[KEY_RETRY_FAILED]) {
-		char *end;
-		unsigned long n;
-
-		errno = 0;
-		n = strtoul(a->val[KEY_RETRY_FAILED], &end, 10);
-		if (errno != 0 || *end != '\0' ||
-		    end == a->val[KEY_RETRY_FAILED] ||
-		    a->val[KEY_RETRY_FAILED][0] == '-' || n > UINT32_MAX)
-			return rokctl_usage(ctx, "--retry-failed wants a count, "
-					    "not '%s'", a->val[KEY_RETRY_FAILED]);
-		sp->spec.retry_failed = (uint32_t)n;
-	}
+	rc = spawn_count(ctx, a, KEY_RETRY_FAILED, "--retry-failed",
+			 &sp->spec.retry_failed);
+	if (rc != ROKCTL_EXIT_OK)
+		return rc;
 	return rokctl_duration(ctx, a, KEY_BACKOFF, 0, &sp->spec.backoff_ms);
 }
 
@@ -495,26 +504,17 @@ static int spawn_build(struct rokctl *ctx, const struct rokctl_args *a,
 	if (rc == ROKCTL_EXIT_OK)
 		rc = rokctl_duration(ctx, a, KEY_KILL_GRACE, 0,
 				     &sp->spec.kill_grace_ms);
-	if (rc == ROKCTL_EXIT_OK && a->seen[KEY_RETRY]) {
-		char *end;
-		unsigned long n;
-
-		errno = 0;
-		n = strtoul(a->val[KEY_RETRY], &end, 10);
-		if (errno != 0 || *end != '\0' || end == a->val[KEY_RETRY] ||
-		    a->val[KEY_RETRY][0] == '-' || n > UINT32_MAX)
-			return rokctl_usage(ctx, "--retry wants a count, not "
-					    "'%s'", a->val[KEY_RETRY]);
-		sp->spec.retry = (uint32_t)n;
-	}
-	if (rc == ROKCTL_EXIT_OK && a->seen[KEY_GROUP])
+	if (rc == ROKCTL_EXIT_OK)
+		rc = spawn_count(ctx, a, KEY_RETRY, "--retry", &sp->spec.retry);
+	if (rc != ROKCTL_EXIT_OK)
+		return rc;
+	if (a->seen[KEY_GROUP])
 		sp->spec.group = a->val[KEY_GROUP];
-	if (rc == ROKCTL_EXIT_OK && a->seen[KEY_PRIORITY] &&
+	if (a->seen[KEY_PRIORITY] &&
 	    (sp->spec.priority = rok_priority_parse(a->val[KEY_PRIORITY])) < 0)
 		return rokctl_usage(ctx, "--priority wants urgent, high, normal "
 				    "or low, not '%s'", a->val[KEY_PRIORITY]);
-	if (rc == ROKCTL_EXIT_OK)
-		rc = spawn_when(ctx, a, sp);
+	rc = spawn_when(ctx, a, sp);
 	if (rc == ROKCTL_EXIT_OK)
 		rc = spawn_slurm(ctx, a, sp);
 	return rc;

@@ -138,32 +138,20 @@ static void top_dur(char *buf, size_t len, uint64_t us)
 			 (unsigned long long)(us / 60000000 % 60));
 }
 
-/* The groups shown (the stats' groups, at most TOP_MAX_GROUPS): each with
- * its running tasks, limit (0: none) and queued tasks per class. */
-enum { TOP_URGENT, TOP_HIGH, TOP_NORMAL, TOP_LOW, TOP_NCLASSES };
-struct top_group {
-	char name[65];
-	uint64_t running, limit;
-	uint64_t queued[TOP_NCLASSES];
-};
-#define TOP_MAX_GROUPS 16
+#define TOP_MAX_GROUPS 16        /* the groups shown; the rest counted */
 
 struct top {
 	struct rokctl *ctx;
 	bool live;                  /* on a terminal, redrawn in place */
 	bool utf8;
 	uint64_t interval_ms;
-	rok_daemon_stats prev, cur;
-	uint64_t prev_at, cur_at;   /* monotonic µs of the samples */
-	bool have_prev;
+	rok_reply *sample;          /* the last stats reply: stats, groups */
+	rok_reply *oldest;          /* the oldest queued task (0 or 1) */
+	rok_daemon_stats prev;      /* the sample before */
+	uint64_t prev_at, cur_at;   /* monotonic µs of the samples; 0: none */
 	double spawns[TOP_HISTORY], dones[TOP_HISTORY];
 	size_t nhist;               /* samples in the rings (at most full) */
 	size_t next;                /* where the next sample goes */
-	struct top_group groups[TOP_MAX_GROUPS];
-	size_t ngroups, more_groups;  /* shown, and left out */
-	bool have_oldest;
-	uint64_t oldest_id, oldest_spawned_us;
-	char oldest_waiting[128];   /* why it waits ("": not said) */
 };
 
 static uint64_t top_done(const rok_daemon_stats *s)
@@ -183,64 +171,41 @@ static double top_rate(uint64_t cur, uint64_t prev, double dt)
 	return cur >= prev ? (double)(cur - prev) / dt : 0;
 }
 
-static void top_take_groups(struct top *t, const rok_reply *r)
-{
-	size_t n = r->n_groups < TOP_MAX_GROUPS ? r->n_groups : TOP_MAX_GROUPS;
-
-	for (size_t i = 0; i < n; i++) {
-		const rok_group *g = &r->groups[i];
-		struct top_group *tg = &t->groups[i];
-		snprintf(tg->name, sizeof(tg->name), "%.*s", (int)g->name.len,
-			 (const char *)g->name.data);
-		tg->running = g->running;
-		tg->limit = g->parallel;
-		for (int k = 0; k < TOP_NCLASSES; k++)
-			tg->queued[k] = g->queued[k];
-	}
-	t->ngroups = n;
-	t->more_groups = r->n_groups - n;
-}
-
 /* Takes one sample; 0 or the library's error. */
 static int top_sample(struct top *t)
 {
-	rok_reply *r;
+	rok_reply *r, *q;
 	int rc;
 
-	t->prev = t->cur;
-	t->prev_at = t->cur_at;
 	rc = rok_client_stats_reply(t->ctx->client, &r);
 	if (rc != 0)
 		return rc;
-	t->cur = r->stats;
-	t->cur_at = top_mono_us();
-	top_take_groups(t, r);
-	rok_reply_free(r);
 	/* Ids grow: the first queued task the caller sees is its oldest. */
-	rc = rok_client_list(t->ctx->client, ROK_TASK_QUEUED, 0, 1, &r);
-	if (rc != 0)
+	rc = rok_client_list(t->ctx->client, ROK_TASK_QUEUED, 0, 1, &q);
+	if (rc != 0) {
+		rok_reply_free(r);
 		return rc;
-	t->have_oldest = r->n_tasks > 0;
-	if (t->have_oldest) {
-		t->oldest_id = r->tasks[0].id;
-		t->oldest_spawned_us = r->tasks[0].spawned_us;
-		snprintf(t->oldest_waiting, sizeof(t->oldest_waiting), "%.*s",
-			 (int)r->tasks[0].waiting.len,
-			 (const char *)r->tasks[0].waiting.data);
 	}
-	rok_reply_free(r);
-	if (t->have_prev && t->cur_at > t->prev_at) {
+	if (t->sample != NULL)
+		t->prev = t->sample->stats;
+	rok_reply_free(t->sample);
+	rok_reply_free(t->oldest);
+	t->sample = r;
+	t->oldest = q;
+	t->prev_at = t->cur_at;
+	t->cur_at = top_mono_us();
+	if (t->prev_at != 0 && t->cur_at > t->prev_at) {
+		const rok_daemon_stats *cur = &r->stats;
 		double dt = (double)(t->cur_at - t->prev_at) / 1e6;
 		t->spawns[t->next] = top_rate(
-			t->cur.tasks_total[ROK_TASK_QUEUED],
+			cur->tasks_total[ROK_TASK_QUEUED],
 			t->prev.tasks_total[ROK_TASK_QUEUED], dt);
-		t->dones[t->next] = top_rate(top_done(&t->cur),
+		t->dones[t->next] = top_rate(top_done(cur),
 					     top_done(&t->prev), dt);
 		t->next = (t->next + 1) % TOP_HISTORY;
 		if (t->nhist < TOP_HISTORY)
 			t->nhist++;
 	}
-	t->have_prev = true;
 	return 0;
 }
 
@@ -295,7 +260,7 @@ static void top_latency(const struct top *t, const char *label,
 			const char *what, const char *many,
 			const rok_histogram *c, const rok_histogram *p)
 {
-	bool delta = t->live && t->have_prev && t->nhist > 0 &&
+	bool delta = t->live && t->nhist > 0 &&
 		     p->n_bounds == c->n_bounds && c->count >= p->count;
 	uint64_t n = delta ? c->count - p->count : c->count;
 	uint64_t sum = delta ? c->sum_us - p->sum_us : c->sum_us;
@@ -312,14 +277,7 @@ static void top_latency(const struct top *t, const char *label,
 		top_eol(t);
 		return;
 	}
-	/* The rank of the 99th percentile: ceil(0.99 n). */
-	uint64_t want = n / 100 * 99 + (n % 100 * 99 + 99) / 100, seen = 0;
-	size_t i;
-	for (i = 0; i <= c->n_bounds; i++) {
-		seen += c->counts[i] - (delta ? p->counts[i] : 0);
-		if (seen >= want)
-			break;
-	}
+	size_t i = print_quantile_bucket(c, delta ? p : NULL, 99);
 	top_dur(mean, sizeof(mean), sum / n);
 	if (i < c->n_bounds) {
 		p99[0] = '<';
@@ -336,9 +294,9 @@ static void top_latency(const struct top *t, const char *label,
 
 static void top_draw(struct top *t)
 {
-	const rok_daemon_stats *s = &t->cur;
-	const struct top_group *g = t->groups;
-	size_t ng = t->ngroups;
+	const rok_daemon_stats *s = &t->sample->stats;
+	const rok_group *g = t->sample->groups;
+	size_t ng = t->sample->n_groups;
 	struct winsize ws;
 	int cols = 80;
 	char up[32], age[32];
@@ -386,50 +344,53 @@ static void top_draw(struct top *t)
 	printf("%-16s %8s %8s %8s  %s", "GROUP", "RUNNING", "LIMIT", "QUEUED",
 	       "urgent/high/normal/low");
 	top_eol(t);
-	for (size_t i = 0; i < ng; i++) {
+	for (size_t i = 0; i < ng && i < TOP_MAX_GROUPS; i++) {
 		char limit[24];
 		uint64_t q = 0;
-		for (int k = 0; k < TOP_NCLASSES; k++)
+		for (int k = 0; k < 4; k++)
 			q += g[i].queued[k];
-		if (g[i].limit > 0)
-			snprintf(limit, sizeof(limit), "%llu",
-				 (unsigned long long)g[i].limit);
+		if (g[i].parallel > 0)
+			snprintf(limit, sizeof(limit), "%lu",
+				 (unsigned long)g[i].parallel);
 		else
 			snprintf(limit, sizeof(limit), "-");
-		printf("%-16s %8llu %8s %8llu  %llu/%llu/%llu/%llu", g[i].name,
-		       (unsigned long long)g[i].running, limit,
+		/* Queued by class: urgent, high, normal, low. */
+		printf("%-16.*s %8lu %8s %8llu  %llu/%llu/%llu/%llu",
+		       (int)g[i].name.len, (const char *)g[i].name.data,
+		       (unsigned long)g[i].running, limit,
 		       (unsigned long long)q,
-		       (unsigned long long)g[i].queued[TOP_URGENT],
-		       (unsigned long long)g[i].queued[TOP_HIGH],
-		       (unsigned long long)g[i].queued[TOP_NORMAL],
-		       (unsigned long long)g[i].queued[TOP_LOW]);
+		       (unsigned long long)g[i].queued[0],
+		       (unsigned long long)g[i].queued[1],
+		       (unsigned long long)g[i].queued[2],
+		       (unsigned long long)g[i].queued[3]);
 		top_eol(t);
 	}
-	if (t->more_groups > 0) {
-		printf("(%zu more groups)", t->more_groups);
+	if (ng > TOP_MAX_GROUPS) {
+		printf("(%zu more groups)", ng - TOP_MAX_GROUPS);
 		top_eol(t);
 	}
 	top_eol(t);
 	printf("OLDEST   ");
-	if (t->have_oldest) {
+	if (t->oldest->n_tasks > 0) {
+		const rok_task_info *o = &t->oldest->tasks[0];
 		uint64_t now = top_wall_us();
-		top_dur(age, sizeof(age), now > t->oldest_spawned_us
-			? now - t->oldest_spawned_us : 0);
-		printf("task %llu, queued for %s",
-		       (unsigned long long)t->oldest_id, age);
-		if (t->oldest_waiting[0] != '\0') {
+		top_dur(age, sizeof(age), now > o->spawned_us
+			? now - o->spawned_us : 0);
+		printf("task %llu, queued for %s", (unsigned long long)o->id,
+		       age);
+		if (o->waiting.len > 0) {
 			fputs(": ", stdout);
-			print_escaped(stdout, (const uint8_t *)t->oldest_waiting,
-				      strlen(t->oldest_waiting), 0);
+			print_escaped(stdout, o->waiting.data, o->waiting.len,
+				      0);
 		}
 	} else {
 		printf("no queued task");
 	}
 	top_eol(t);
-	top_latency(t, "JOURNAL", "commit", "commits",
-		    &t->cur.journal_commit, &t->prev.journal_commit);
-	top_latency(t, "START", "spawn->start", "starts",
-		    &t->cur.spawn_to_start, &t->prev.spawn_to_start);
+	top_latency(t, "JOURNAL", "commit", "commits", &s->journal_commit,
+		    &t->prev.journal_commit);
+	top_latency(t, "START", "spawn->start", "starts", &s->spawn_to_start,
+		    &t->prev.spawn_to_start);
 	printf("RUNTIME  polls %llu  steals %llu  parks %llu  handoffs %llu  "
 	       "injector %llu",
 	       (unsigned long long)s->polls, (unsigned long long)s->steals,
@@ -492,6 +453,33 @@ static int top_wait(struct top *t)
 	}
 }
 
+/* Draws the first sample, and on a terminal goes on sampling until q or
+ * a signal; an exit status. */
+static int top_run(struct top *t)
+{
+	int rc;
+
+	if (!t->live) {
+		top_draw(t);
+		return ROKCTL_EXIT_OK;
+	}
+	if ((rc = top_raw()) < 0)
+		return rokctl_err(t->ctx, ROKCTL_EXIT_TASK, "terminal: %s",
+				  strerror(-rc));
+	fputs("\033[2J", stdout);
+	for (;;) {
+		top_draw(t);
+		if (top_wait(t))
+			break;
+		if ((rc = top_sample(t)) != 0) {
+			top_restore();
+			return rokctl_fail(t->ctx, rc);
+		}
+	}
+	top_restore();
+	return ROKCTL_EXIT_OK;
+}
+
 static int top_exec(struct rokctl *ctx, const struct rokctl_args *a)
 {
 	struct top t;
@@ -517,24 +505,11 @@ static int top_exec(struct rokctl *ctx, const struct rokctl_args *a)
 	t.utf8 = strcmp(nl_langinfo(CODESET), "UTF-8") == 0;
 	if ((rc = top_sample(&t)) != 0)
 		return rokctl_fail(ctx, rc);
-	if (!t.live) {
-		top_draw(&t);
-		return ROKCTL_EXIT_OK;
-	}
-	if ((rc = top_raw()) < 0)
-		return rokctl_err(ctx, ROKCTL_EXIT_TASK, "terminal: %s",
-				  strerror(-rc));
-	fputs("\033[2J", stdout);
-	for (;;) {
-		top_draw(&t);
-		if (top_wait(&t))
-			break;
-		if ((rc = top_sample(&t)) != 0) {
-			top_restore();
-			return rokctl_fail(ctx, rc);
-		}
-	}
-	top_restore();
+	rc = top_run(&t);
+	rok_reply_free(t.sample);
+	rok_reply_free(t.oldest);
+	if (rc != ROKCTL_EXIT_OK)
+		return rc;
 	if (top_signalled != 0 && top_signalled != SIGWINCH &&
 	    top_signalled != SIGTSTP) {
 		/* Die of it, as the shell expects of a ^C'd program. */

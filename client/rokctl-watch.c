@@ -49,19 +49,13 @@ static void watch_print(struct rokctl *ctx, const rok_reply *r)
 			json_u64(&o, "time_us", r->time_us);
 			json_bool(&o, "snapshot", r->snapshot);
 			if (t != NULL && t->error.code == 0) {
-				if (t->has_exit_code)
-					json_i64(&o, "exit_code", t->exit_code);
-				else
-					json_null(&o, "exit_code");
-				if (t->has_signal)
-					json_i64(&o, "signal", t->signal);
-				else
-					json_null(&o, "signal");
-				if (t->reason.len > 0)
-					json_bytes(&o, "reason", t->reason.data,
+				json_i64_or_null(&o, "exit_code",
+						 t->has_exit_code,
+						 t->exit_code);
+				json_i64_or_null(&o, "signal", t->has_signal,
+						 t->signal);
+				json_bytes_or_null(&o, "reason", t->reason.data,
 						   t->reason.len);
-				else
-					json_null(&o, "reason");
 			}
 		}
 		json_end(&o);

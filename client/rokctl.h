@@ -142,6 +142,12 @@ int print_outcome(const rok_task_info *t, size_t n);
 /* Writes bytes for people: valid UTF-8 text as is, control characters
  * and invalid bytes as C escapes; at most max characters (0: all). */
 void print_escaped(FILE *f, const void *data, size_t len, size_t max);
+/* The bucket of h holding its q-th percentile (q in percent) of the
+ * observations since `before`, an earlier reading of the same histogram
+ * (NULL: all of them); an index of bounds_us, or n_bounds for the bucket
+ * past the last bound.  For a histogram with bounds. */
+size_t print_quantile_bucket(const rok_histogram *h,
+			     const rok_histogram *before, unsigned q);
 void print_stats(struct rokctl *ctx, const rok_daemon_stats *s,
 		 const rok_group *groups, size_t n_groups);
 /* Groups as `group list` shows them (a table, or JSON lines). */
@@ -153,8 +159,7 @@ extern const struct rokctl_cmd rokctl_cmd_spawn, rokctl_cmd_join,
 	rokctl_cmd_race, rokctl_cmd_cancel, rokctl_cmd_status,
 	rokctl_cmd_list, rokctl_cmd_logs, rokctl_cmd_stats,
 	rokctl_cmd_ping, rokctl_cmd_prune, rokctl_cmd_group, rokctl_cmd_top,
-	rokctl_cmd_help;
-extern const struct rokctl_cmd rokctl_cmd_watch;
+	rokctl_cmd_watch, rokctl_cmd_help;
 
 /* ---- rokctl-logs.c --------------------------------------------------- */
 /* Writes task id's output as it comes (follow: until it ends); an exit

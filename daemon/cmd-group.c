@@ -150,28 +150,24 @@ static void *cmd_group_run(void *arg)
 	code = cmd_group_decide(j, &row, err, sizeof(err));
 	queue_unlock();
 	bool rm = j->op == ROK__V1__GROUP_REQUEST__OP__RM;
+	bool marked = code == 0 && rm;   /* decided: `removing` set */
 	/* Tasks of the group still in the gate hold no ticket yet; with
 	 * `removing` set no new one is accepted (kind_check), so this
 	 * count after it sees them all. */
-	uint64_t gated = code == 0 && rm ? tasktab_group_unfinished(j->name)
-	                                 : 0;
+	uint64_t gated = marked ? tasktab_group_unfinished(j->name) : 0;
 	if (gated > 0) {
 		snprintf(err, sizeof(err), "group %s has %llu queued or running "
 		         "tasks: cancel them or let them end first", j->name,
 		         (unsigned long long)gated);
 		code = ROK__V1__ERROR_CODE__INVALID_ARGUMENT;
+	} else if (code == 0 && group_store(j->name, rm ? NULL : &row, err,
+	                                    sizeof(err)) < 0) {
+		code = ROK__V1__ERROR_CODE__UNAVAILABLE;
+	}
+	if (marked && code != 0) {   /* not removed after all */
 		queue_lock();
 		group_find(j->name, strlen(j->name))->removing = false;
 		queue_unlock();
-	}
-	if (code == 0 &&
-	    group_store(j->name, rm ? NULL : &row, err, sizeof(err)) < 0) {
-		code = ROK__V1__ERROR_CODE__UNAVAILABLE;
-		if (rm) {
-			queue_lock();
-			group_find(j->name, strlen(j->name))->removing = false;
-			queue_unlock();
-		}
 	}
 	if (code == 0) {
 		queue_lock();

@@ -9,8 +9,9 @@
  * LogsReply with end set (without follow: at the end of the file; with
  * follow: once the task has ended and everything it wrote was sent).  The
  * stream counts as one request in flight (conn_begin_wait) from start to
- * end, and as one of its uid's streams (max_followers_per_user, quota.c);
- * the final reply goes through reply_post, which ends that wait.
+ * end, and as one of its uid's streams (max_followers_per_user, held by
+ * conn_stream_add); the final reply goes through reply_post, which ends
+ * that wait.
  *
  * Flow control: a follower is a stream of its connection (conn.c's
  * interface): it sends only while conn_stream_room holds, and resumes when
@@ -64,7 +65,6 @@ static size_t logs_batch(void)
 struct follower {
 	struct conn_stream stream;   /* first: conn.c hands it back */
 	struct conn *conn;
-	uid_t uid;                   /* holds one of its QUOTA_FOLLOWERS */
 	uint64_t req_id, task_id;
 	bool follow;
 	int fd;                      /* the output file; -1: not open yet */
@@ -90,13 +90,12 @@ static void logs_remove(struct follower *f)
 		logs.head = f->next;
 	if (f->next != NULL)
 		f->next->prev = f->prev;
-	conn_stream_remove(&f->stream);
+	conn_stream_remove(&f->stream);   /* and its QUOTA_FOLLOWERS */
 	events_unsubscribe(logs_event_cb, LOGS_EVENTS);
 	if (f->fd >= 0)
 		close(f->fd);
 	if (f->has_final)
 		tasktab_info_free(&f->final);
-	quota_give(f->uid, QUOTA_FOLLOWERS);
 	free(f);
 }
 
@@ -246,27 +245,21 @@ static const char *logs_why(int code)
 static void logs_begin(struct conn *c, uint64_t req_id, uint64_t task_id,
                        bool follow, TaskInfo *final)
 {
-	if (!quota_take(conn_uid(c), QUOTA_FOLLOWERS)) {
-		char msg[160];
-		quota_explain(conn_uid(c), QUOTA_FOLLOWERS, msg, sizeof(msg));
-		reply_post_error(c, req_id,
-		                 ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED, msg);
-		if (final != NULL)
-			tasktab_info_free(final);
-		return;
-	}
 	struct follower *f = calloc(1, sizeof(*f));
-	if (f == NULL || events_subscribe(logs_event_cb, LOGS_EVENTS) < 0) {
-		free(f);
-		quota_give(conn_uid(c), QUOTA_FOLLOWERS);
+	if (f == NULL) {
 		reply_post_error(c, req_id, ROK__V1__ERROR_CODE__INTERNAL,
 		                 "out of memory");
-		if (final != NULL)
-			tasktab_info_free(final);
-		return;
+		goto fail;
+	}
+	if (!conn_stream_add(c, &f->stream, &logs_ops, req_id))
+		goto fail;   /* answered: its uid has streams enough */
+	if (events_subscribe(logs_event_cb, LOGS_EVENTS) < 0) {
+		conn_stream_remove(&f->stream);
+		reply_post_error(c, req_id, ROK__V1__ERROR_CODE__INTERNAL,
+		                 "out of memory");
+		goto fail;
 	}
 	f->conn = c;
-	f->uid = conn_uid(c);
 	f->req_id = req_id;
 	f->task_id = task_id;
 	f->follow = follow;
@@ -279,8 +272,12 @@ static void logs_begin(struct conn *c, uint64_t req_id, uint64_t task_id,
 	if (logs.head != NULL)
 		logs.head->prev = f;
 	logs.head = f;
-	conn_stream_add(c, &f->stream, &logs_ops);
 	logs_pump(f);   /* subscribed before reading: see the top */
+	return;
+fail:
+	free(f);
+	if (final != NULL)
+		tasktab_info_free(final);
 }
 
 /* A logs request for a task no longer in memory, in the blocking pool. */

@@ -6,7 +6,7 @@
  * stream of its connection (conn.c's interface) and a subscriber to the
  * task table's state changes (events.c).  It counts as one request in
  * flight (conn_begin_wait) and as one of its uid's streams
- * (max_followers_per_user, quota.c, shared with logs).
+ * (max_followers_per_user, held by conn_stream_add, shared with logs).
  *
  * What it sends goes through one FIFO of small entries (id, state, time):
  * first the snapshot (tasktab_snapshot, taken after subscribing, with the
@@ -62,7 +62,7 @@ struct watch_ent {
 struct watcher {
 	struct conn_stream stream;   /* first: conn.c hands it back */
 	struct conn *conn;
-	uid_t uid;                   /* holds one of its QUOTA_FOLLOWERS */
+	uid_t uid;                   /* the connection's */
 	uint64_t req_id;
 	uint64_t *ids;               /* sorted; NULL: all the uid's tasks */
 	uint8_t *ended;              /* per id: its end was reported */
@@ -141,9 +141,8 @@ static void watch_free(struct watcher *w)
 		watch.head = w->next;
 	if (w->next != NULL)
 		w->next->prev = w->prev;
-	conn_stream_remove(&w->stream);
+	conn_stream_remove(&w->stream);   /* and its QUOTA_FOLLOWERS */
 	events_unsubscribe(watch_event_cb, WATCH_EVENTS);
-	quota_give(w->uid, QUOTA_FOLLOWERS);
 	watch_discard(w);
 }
 
@@ -467,19 +466,14 @@ static void watch_start(struct watcher *w)
 		watch_discard(w);
 		return;
 	}
-	if (!quota_take(w->uid, QUOTA_FOLLOWERS)) {
-		char msg[160];
-		quota_explain(w->uid, QUOTA_FOLLOWERS, msg, sizeof(msg));
-		reply_post_error(c, w->req_id,
-		                 ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED, msg);
-		watch_discard(w);
+	if (!conn_stream_add(c, &w->stream, &watch_ops, w->req_id)) {
+		watch_discard(w);   /* answered: its uid has streams enough */
 		return;
 	}
 	w->next = watch.head;
 	if (watch.head != NULL)
 		watch.head->prev = w;
 	watch.head = w;
-	conn_stream_add(c, &w->stream, &watch_ops);
 	/* Subscribed before the snapshot: see events.c.  (An unsubscribe
 	 * of what was never subscribed, in watch_free, does nothing.) */
 	if (events_subscribe(watch_event_cb, WATCH_EVENTS) < 0 ||

@@ -68,7 +68,7 @@ struct conn {
 	bool dead;                /* closed: no more reading or writing */
 	bool draining;            /* shutdown: close once flushed and answered */
 	struct conn_stream *streams; /* its streams in progress */
-	struct conn *prev, *next; /* every live connection */
+	struct conn *prev, *next; /* on conns.head, later conns.freeing */
 };
 
 static struct {
@@ -119,18 +119,34 @@ void conn_ref(struct conn *c)
 	c->refs++;
 }
 
+/* Puts c at the head of a connection list: conns.head while it is open,
+ * conns.freeing once closed and unreferenced (prev/next serve both). */
+static void conn_link(struct conn **head, struct conn *c)
+{
+	c->prev = NULL;
+	c->next = *head;
+	if (*head != NULL)
+		(*head)->prev = c;
+	*head = c;
+}
+
+static void conn_unlink(struct conn **head, struct conn *c)
+{
+	if (c->prev != NULL)
+		c->prev->next = c->next;
+	else
+		*head = c->next;
+	if (c->next != NULL)
+		c->next->prev = c->prev;
+}
+
 static void conn_free_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn *c = arg;
 
 	(void)fd;
 	(void)what;
-	if (c->prev != NULL)
-		c->prev->next = c->next;
-	else
-		conns.freeing = c->next;
-	if (c->next != NULL)
-		c->next->prev = c->prev;
+	conn_unlink(&conns.freeing, c);
 	free(c);
 }
 
@@ -145,11 +161,7 @@ void conn_unref(struct conn *c)
 	 * a turn the reactor no longer takes (the daemon stopping) leaves it
 	 * there for conn_free_leftovers.
 	 */
-	c->prev = NULL;
-	c->next = conns.freeing;
-	if (conns.freeing != NULL)
-		conns.freeing->prev = c;
-	conns.freeing = c;
+	conn_link(&conns.freeing, c);
 	if (event_base_once(reactor_base(), -1, EV_TIMEOUT, conn_free_cb, c,
 	                    NULL) != 0)
 		log_warnx("connection %llu: could not defer its free to the "
@@ -174,9 +186,16 @@ bool conn_stream_room(const struct conn *c)
 	return !c->dead && conn_output_len(c) < high;
 }
 
-void conn_stream_add(struct conn *c, struct conn_stream *s,
-                     const struct conn_stream_ops *ops)
+bool conn_stream_add(struct conn *c, struct conn_stream *s,
+                     const struct conn_stream_ops *ops, uint64_t req_id)
 {
+	if (!quota_take(c->uid, QUOTA_FOLLOWERS)) {
+		char msg[160];
+		quota_explain(c->uid, QUOTA_FOLLOWERS, msg, sizeof(msg));
+		reply_post_error(c, req_id,
+		                 ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED, msg);
+		return false;
+	}
 	s->ops = ops;
 	s->conn = c;
 	s->prev = NULL;
@@ -184,6 +203,7 @@ void conn_stream_add(struct conn *c, struct conn_stream *s,
 	if (c->streams != NULL)
 		c->streams->prev = s;
 	c->streams = s;
+	return true;
 }
 
 void conn_stream_remove(struct conn_stream *s)
@@ -197,6 +217,7 @@ void conn_stream_remove(struct conn_stream *s)
 	if (s->next != NULL)
 		s->next->prev = s->prev;
 	s->prev = s->next = NULL;
+	quota_give(c->uid, QUOTA_FOLLOWERS);
 }
 
 /* A later loop turn than a close or a shutdown: tells each stream, which
@@ -241,12 +262,7 @@ static void conn_close(struct conn *c, const char *why)
 		          (unsigned long long)c->serial, (unsigned)c->uid, why);
 	bufferevent_free(c->bev);   /* closes the socket */
 	c->bev = NULL;
-	if (c->prev != NULL)
-		c->prev->next = c->next;
-	else
-		conns.head = c->next;
-	if (c->next != NULL)
-		c->next->prev = c->prev;
+	conn_unlink(&conns.head, c);
 	conns.count--;
 	if (c->refused)
 		conns.refusing--;
@@ -319,10 +335,7 @@ void conn_accept(int fd)
 	c->uid = cred.uid;
 	c->pid = cred.pid;
 	c->serial = ++conns.serial;
-	c->next = conns.head;
-	if (conns.head != NULL)
-		conns.head->prev = c;
-	conns.head = c;
+	conn_link(&conns.head, c);
 	conns.count++;
 	bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
 	if (bufferevent_enable(c->bev, EV_READ | EV_WRITE) != 0)

@@ -11,8 +11,9 @@
  * Publishing runs on any thread (the workers that run tasks, the reactor
  * that creates them) and costs one atomic load while nobody subscribes to
  * that kind of event: the noop hot path pays nothing more.  With a
- * subscriber, the event is copied and queued with reactor_call, whose
- * queue keeps the order of calls: the changes of one task are published by
+ * subscriber, the event is copied, with its reactor_call node (one
+ * allocation), and queued with reactor_call_in, whose queue keeps the
+ * order of calls: the changes of one task are published by
  * whoever runs it, one after the other, so its events arrive in order.
  * Subscribers run on the reactor thread and must not block.
  *
@@ -109,9 +110,16 @@ void events_unsubscribe(events_fn *fn, unsigned kinds)
 	}
 }
 
+/* A published event on its way to the reactor thread. */
+struct events_msg {
+	struct reactor_call call;
+	struct events_ev ev;
+};
+
 static void events_deliver_cb(void *arg)
 {
-	struct events_ev *ev = arg;
+	struct events_msg *m = arg;
+	struct events_ev *ev = &m->ev;
 	int k = events_index(ev->kind);
 
 	if (ev->kind == EVENTS_OUTPUT) {
@@ -125,7 +133,7 @@ static void events_deliver_cb(void *arg)
 	for (int i = 0; i < EVENTS_SUBS; i++)
 		if (events.subs[i].fn != NULL && events.subs[i].count[k] > 0)
 			events.subs[i].fn(ev);
-	free(ev);
+	free(m);
 }
 
 /* An output event: whether to queue it, as itself or (*any) as one for
@@ -153,13 +161,13 @@ void events_publish(const struct events_ev *ev)
 		return;
 	if (output && !events_output_admit(&any))
 		return;
-	struct events_ev *copy = malloc(sizeof(*copy));
+	struct events_msg *m = malloc(sizeof(*m));
 	int err = -ENOMEM;
-	if (copy != NULL) {
-		*copy = *ev;
+	if (m != NULL) {
+		m->ev = *ev;
 		if (any)
-			copy->id = EVENTS_ANY_TASK;
-		err = reactor_call(events_deliver_cb, copy);
+			m->ev.id = EVENTS_ANY_TASK;
+		err = reactor_call_in(&m->call, events_deliver_cb, m);
 	}
 	if (err < 0) {
 		if (err == -ENOMEM)
@@ -169,7 +177,7 @@ void events_publish(const struct events_ev *ev)
 		else if (err != -ESHUTDOWN)
 			log_errno(err, "could not publish an event of task %llu",
 			          (unsigned long long)ev->id);
-		free(copy);
+		free(m);
 		if (output)
 			atomic_fetch_sub_explicit(&events.output_queued, 1,
 			                          memory_order_relaxed);

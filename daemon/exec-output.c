@@ -99,8 +99,10 @@ int exec_output_sweep(uint64_t next_id)
 			continue;
 		/* A journal's files from its next id on; an unjournaled
 		 * run's (".mem") always: nothing remembers their tasks. */
-		if (!(strcmp(end, ".log") == 0 && id >= next_id &&
-		      !config.durability_off) && strcmp(end, ".mem") != 0)
+		bool stale = strcmp(end, ".mem") == 0 ||
+		             (strcmp(end, ".log") == 0 && id >= next_id &&
+		              !config.durability_off);
+		if (!stale)
 			continue;
 		if (unlinkat(dfd, e->d_name, 0) != 0 && errno != ENOENT) {
 			err = -errno;

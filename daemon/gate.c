@@ -506,7 +506,7 @@ static rok_poll gate_life_poll(rok_cx *cx, void *frame)
 }
 
 int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
-                size_t len)
+                size_t len, uint64_t not_before_us)
 {
 	size_t ndeps = spec->n_after + spec->n_after_any;
 	struct gate_entry *e = calloc(1, sizeof(*e) + ndeps * sizeof(e->deps[0]));
@@ -530,8 +530,8 @@ int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
 	e->spec_len = len;
 	e->heap_at = SIZE_MAX;
 	e->ndeps = ndeps;
-	uint64_t nb = tasktab_not_before(r);   /* a retry's, at recovery */
-	e->not_before_us = spec->not_before_us > nb ? spec->not_before_us : nb;
+	e->not_before_us = spec->not_before_us > not_before_us
+	                   ? spec->not_before_us : not_before_us;
 	if (e->not_before_us != 0 && e->not_before_us > gate_now_us() &&
 	    e->not_before_us - gate_now_us() > DURATION_MAX_MS * 1000)
 		e->not_before_us = gate_now_us() + DURATION_MAX_MS * 1000;
@@ -605,7 +605,7 @@ int gate_submit_packed(struct rtask *r, const uint8_t *packed, size_t len)
 
 	if (s == NULL)   /* tasktab_start_packed fails it the same way */
 		return tasktab_start_packed(r, packed, len, NULL);
-	int err = gate_submit(r, s, packed, len);
+	int err = gate_submit(r, s, packed, len, 0);
 	rok__v1__task_spec__free_unpacked(s, NULL);
 	return err;
 }

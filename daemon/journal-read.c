@@ -26,7 +26,7 @@
 static struct {
 	pthread_mutex_t lock;
 	sqlite3 *db;
-	sqlite3_stmt *info, *ids;
+	sqlite3_stmt *info, *ids, *ids_grp;
 } jread = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 int journal_read_open(const char *path, char *err, size_t len)
@@ -43,13 +43,20 @@ int journal_read_open(const char *path, char *err, size_t len)
 		        "exit_code, signal, reason, output_truncated, retries, run "
 		        "FROM tasks WHERE id = ?1", -1,
 		        SQLITE_PREPARE_PERSISTENT, &jread.info, NULL);
+	/* Any group (?5 NULL) or the default one (?5 'default': NULL is the
+	 * default) by the id order; a named group by the index tasks_grp,
+	 * which an OR of both would keep the planner from using. */
 	if (rc == SQLITE_OK)
 		rc = sqlite3_prepare_v3(jread.db, "SELECT id FROM tasks WHERE "
 		        "id > ?1 AND (?2 < 0 OR uid = ?2) AND (?3 = 0 OR "
-		        "state = ?3) AND (?5 IS NULL OR grp IS ?5 OR "
-		        "(?5 = 'default' AND grp IS NULL)) ORDER BY id LIMIT ?4",
-		        -1,
+		        "state = ?3) AND (?5 IS NULL OR grp IS NULL OR "
+		        "grp = ?5) ORDER BY id LIMIT ?4", -1,
 		        SQLITE_PREPARE_PERSISTENT, &jread.ids, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v3(jread.db, "SELECT id FROM tasks WHERE "
+		        "grp = ?5 AND id > ?1 AND (?2 < 0 OR uid = ?2) AND "
+		        "(?3 = 0 OR state = ?3) ORDER BY id LIMIT ?4", -1,
+		        SQLITE_PREPARE_PERSISTENT, &jread.ids_grp, NULL);
 	if (rc != SQLITE_OK) {
 		snprintf(err, len, "%s: read connection: %s", path,
 		         jread.db != NULL ? sqlite3_errmsg(jread.db)
@@ -64,8 +71,9 @@ void journal_read_close(void)
 {
 	sqlite3_finalize(jread.info);
 	sqlite3_finalize(jread.ids);
+	sqlite3_finalize(jread.ids_grp);
 	sqlite3_close(jread.db);
-	jread.info = jread.ids = NULL;
+	jread.info = jread.ids = jread.ids_grp = NULL;
 	jread.db = NULL;
 }
 
@@ -188,22 +196,24 @@ int journal_read_ids(uid_t uid, int state, const char *group,
 		pthread_mutex_unlock(&jread.lock);
 		return 0;
 	}
-	sqlite3_bind_int64(jread.ids, 1, (sqlite3_int64)after);
-	sqlite3_bind_int64(jread.ids, 2, uid == 0 ? -1 : (sqlite3_int64)uid);
-	sqlite3_bind_int(jread.ids, 3, state);
-	sqlite3_bind_int64(jread.ids, 4, (sqlite3_int64)limit);
+	sqlite3_stmt *st = group != NULL && strcmp(group, "default") != 0
+	                   ? jread.ids_grp : jread.ids;
+	sqlite3_bind_int64(st, 1, (sqlite3_int64)after);
+	sqlite3_bind_int64(st, 2, uid == 0 ? -1 : (sqlite3_int64)uid);
+	sqlite3_bind_int(st, 3, state);
+	sqlite3_bind_int64(st, 4, (sqlite3_int64)limit);
 	if (group != NULL)
-		sqlite3_bind_text(jread.ids, 5, group, -1, SQLITE_STATIC);
+		sqlite3_bind_text(st, 5, group, -1, SQLITE_STATIC);
 	else
-		sqlite3_bind_null(jread.ids, 5);
+		sqlite3_bind_null(st, 5);
 	int rc;
-	while ((rc = sqlite3_step(jread.ids)) == SQLITE_ROW)
-		ids[n++] = (uint64_t)sqlite3_column_int64(jread.ids, 0);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+		ids[n++] = (uint64_t)sqlite3_column_int64(st, 0);
 	if (rc != SQLITE_DONE) {
 		log_warnx("journal: listing tasks: %s", sqlite3_errmsg(jread.db));
 		n = -EIO;
 	}
-	sqlite3_reset(jread.ids);
+	sqlite3_reset(st);
 	pthread_mutex_unlock(&jread.lock);
 	return n;
 }

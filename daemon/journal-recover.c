@@ -164,7 +164,8 @@ static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
 		        : &kind_noop, spec != NULL ? spec
 		        : &(TaskSpec)ROK__V1__TASK_SPEC__INIT,
 		        (uint64_t)sqlite3_column_int64(sel, 3),
-		        (uint32_t)sqlite3_column_int64(sel, 4), &r);
+		        (uint32_t)sqlite3_column_int64(sel, 4),
+		        (uint32_t)sqlite3_column_int64(sel, 5), &r);
 		if (err < 0) {
 			rok__v1__task_spec__free_unpacked(spec, NULL);
 			sqlite3_finalize(sel);
@@ -178,19 +179,11 @@ static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
 		} else if (gate_needed(spec)) {
 			/* Its dependencies (lower ids: restored already, or
 			 * finished in the journal), start time, run number
-			 * and backoff deadline as they were. */
-			tasktab_set_run(r, (uint32_t)sqlite3_column_int64(sel, 5),
-			                (uint64_t)sqlite3_column_int64(sel, 6));
-			uint8_t *packed = malloc(rok__v1__task_spec__get_packed_size(
-				spec) + 1);
-			if (packed == NULL) {
-				rok__v1__task_spec__free_unpacked(spec, NULL);
-				sqlite3_finalize(sel);
-				return SQLITE_NOMEM;
-			}
-			size_t plen = rok__v1__task_spec__pack(spec, packed);
-			(void)gate_submit(r, spec, packed, plen);
-			free(packed);
+			 * and backoff deadline as they were; the row's packed
+			 * spec as it is (gate_submit copies it). */
+			(void)gate_submit(r, spec, sqlite3_column_blob(sel, 2),
+			                  (size_t)sqlite3_column_bytes(sel, 2),
+			                  (uint64_t)sqlite3_column_int64(sel, 6));
 			(*requeued)++;
 		} else {
 			(void)tasktab_start(r, spec, NULL);

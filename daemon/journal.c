@@ -359,10 +359,27 @@ int journal_spawn(const struct journal_spawn_item *items, size_t n,
 	return 0;
 }
 
-/* Whether updates are journaled at all (not with durability = off). */
-static bool journal_keeps(void)
+/*
+ * A new update of task `id` with `extra` bytes after it, or NULL: none is
+ * kept with durability = off, and out of memory `what` (of the task) is
+ * said to be not recorded, unless NULL (an update that matters only if
+ * rokd dies before the task ends).
+ */
+static struct jev *journal_update_new(int type, uint64_t id, size_t extra,
+                                      const char *what)
 {
-	return !config.durability_off;
+	if (config.durability_off)
+		return NULL;
+	struct jev *e = calloc(1, sizeof(*e) + extra);
+	if (e == NULL) {
+		if (what != NULL)
+			log_warnx("journal: out of memory; task %llu's %s is "
+			          "not recorded", (unsigned long long)id, what);
+		return NULL;
+	}
+	e->type = type;
+	e->id = id;
+	return e;
 }
 
 static void journal_push_one(struct jev *e)
@@ -376,19 +393,10 @@ static void journal_push_one(struct jev *e)
 
 void journal_started(uint64_t id, uint64_t started_us)
 {
-	struct jev *e;
+	struct jev *e = journal_update_new(JEV_START, id, 0, "start");
 
-	if (!journal_keeps())
+	if (e == NULL)
 		return;
-	e = calloc(1, sizeof(*e));
-
-	if (e == NULL) {
-		log_warnx("journal: out of memory; task %llu's start is not "
-		          "recorded", (unsigned long long)id);
-		return;
-	}
-	e->type = JEV_START;
-	e->id = id;
 	e->u.st.started_us = started_us;
 	journal_push_one(e);
 }
@@ -396,22 +404,13 @@ void journal_started(uint64_t id, uint64_t started_us)
 static void journal_exec(int type, uint64_t id, int64_t pgid,
                          uint64_t start_ticks)
 {
-	struct jev *e;
+	/* Only matters if rokd dies while the task runs: then its leftover
+	 * processes (or its Slurm job) are not looked for. */
+	struct jev *e = journal_update_new(type, id, 0, type == JEV_SLURM
+	                                   ? "Slurm job id" : "process group");
 
-	if (!journal_keeps())
+	if (e == NULL)
 		return;
-	e = calloc(1, sizeof(*e));
-
-	if (e == NULL) {
-		/* Only matters if rokd dies while the task runs: then its
-		 * leftover processes are not looked for. */
-		log_warnx("journal: out of memory; task %llu's %s is not "
-		          "recorded", (unsigned long long)id, type == JEV_SLURM
-		          ? "Slurm job id" : "process group");
-		return;
-	}
-	e->type = type;
-	e->id = id;
 	e->u.ex.pgid = pgid;
 	e->u.ex.start_ticks = start_ticks;
 	journal_push_one(e);
@@ -434,18 +433,12 @@ void journal_exec_gone(uint64_t id)
 
 void journal_finished(const struct journal_finish *f)
 {
-	if (!journal_keeps())
-		return;
 	size_t rlen = f->reason != NULL ? strlen(f->reason) + 1 : 0;
-	struct jev *e = calloc(1, sizeof(*e) + f->value_len + rlen);
+	struct jev *e = journal_update_new(JEV_FINISH, f->id,
+	                                   f->value_len + rlen, "result");
 
-	if (e == NULL) {
-		log_warnx("journal: out of memory; task %llu's result is not "
-		          "recorded", (unsigned long long)f->id);
+	if (e == NULL)
 		return;
-	}
-	e->type = JEV_FINISH;
-	e->id = f->id;
 	e->u.fi.state = f->state;
 	e->u.fi.started_us = f->started_us;
 	e->u.fi.finished_us = f->finished_us;
@@ -469,15 +462,10 @@ void journal_finished(const struct journal_finish *f)
 
 void journal_requeued(uint64_t id, uint32_t run, uint64_t next_us)
 {
-	struct jev *e = calloc(1, sizeof(*e));
+	struct jev *e = journal_update_new(JEV_REQUEUE, id, 0, "retry");
 
-	if (e == NULL) {
-		log_warnx("journal: out of memory; task %llu's retry is not "
-		          "recorded", (unsigned long long)id);
+	if (e == NULL)
 		return;
-	}
-	e->type = JEV_REQUEUE;
-	e->id = id;
 	e->u.rq.run = run;
 	e->u.rq.next_us = next_us;
 	journal_push_one(e);
@@ -485,17 +473,11 @@ void journal_requeued(uint64_t id, uint32_t run, uint64_t next_us)
 
 void journal_cancel_requested(uint64_t id)
 {
-	struct jev *e;
+	/* Only matters if rokd dies before the task ends. */
+	struct jev *e = journal_update_new(JEV_CANCEL, id, 0, NULL);
 
-	if (!journal_keeps())
-		return;
-	e = calloc(1, sizeof(*e));
-
-	if (e == NULL)
-		return;   /* only matters if rokd dies before the task ends */
-	e->type = JEV_CANCEL;
-	e->id = id;
-	journal_push_one(e);
+	if (e != NULL)
+		journal_push_one(e);
 }
 
 int journal_prune(uint64_t before_us, uint64_t keep, uint64_t keep_per_user,
@@ -503,12 +485,11 @@ int journal_prune(uint64_t before_us, uint64_t keep, uint64_t keep_per_user,
 {
 	struct jev *e;
 
-	if (!journal_keeps()) {
+	if (config.durability_off) {
 		done(arg, 0, NULL);   /* no journal: nothing to delete */
 		return 0;
 	}
 	e = calloc(1, sizeof(*e));
-
 	if (e == NULL)
 		return -ENOMEM;
 	e->type = JEV_PRUNE;

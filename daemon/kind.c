@@ -137,7 +137,8 @@ int kind_check(const struct kind *k, const TaskSpec *spec, char *err,
 }
 
 int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
-               const struct rt_reply *reply, rok_task **handle)
+               const struct rt_reply *reply, rok_task **handle,
+               struct qticket **ticket)
 {
 	struct runner f = {
 		.rec = r,
@@ -164,8 +165,6 @@ int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
 	int err = k->slot ? queue_submit(spec, tasktab_uid(r), &f.ticket) : 0;
 	if (err < 0)
 		return err;
-	if (f.ticket != NULL)
-		tasktab_set_ticket(r, f.ticket);
 	k->init(f.body, r, spec);
 	/* Only the used part of the body is copied into the task's frame. */
 	err = rok_spawn(handle, runner_poll, &f,
@@ -173,10 +172,9 @@ int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
 	if (err < 0) {
 		struct rt_outcome o;
 		k->finish(f.body, RT_FAILED, &o);   /* frees what init took */
-		if (f.ticket != NULL) {
-			tasktab_set_ticket(r, NULL);
-			queue_leave(f.ticket);
-		}
+		queue_leave(f.ticket);
+		f.ticket = NULL;
 	}
+	*ticket = f.ticket;
 	return err;
 }

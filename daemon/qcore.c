@@ -210,42 +210,52 @@ static int qcore_weighted_class(struct qgroup *g)
 
 struct qent *qcore_pick(struct qgroup *g, int64_t now)
 {
-	struct qent *best = NULL;
-	int bcls = QCLS_N;
+	struct qent *best[QCLS_N] = { NULL };
+	int64_t oldest[QCLS_N];
+	int c = -1;
 
 	if (!qcore_can_grant(g) || qcore_queued(g) == 0)
 		return NULL;
+	/*
+	 * One pass over the heads: each class's best entry by fair share
+	 * (fewest running, then oldest) and its oldest entry (aging).  The
+	 * aged class being the same for all entries of a class, the best of
+	 * the group is the best of these per-class bests.
+	 */
+	for (int k = 0; k < QCLS_N; k++)
+		oldest[k] = INT64_MAX;
+	for (struct quser *u = g->users; u != NULL; u = u->next) {
+		for (int k = 0; k < QCLS_N; k++) {
+			struct qent *e = u->head[k];
+			if (e == NULL)
+				continue;
+			if (qcore_better(k, e, k, best[k]))
+				best[k] = e;
+			if (e->enq_ns < oldest[k])
+				oldest[k] = e->enq_ns;
+		}
+	}
 	if (g->policy == QPOLICY_WEIGHTED) {
-		int c = qcore_weighted_class(g);
-		for (struct quser *u = g->users; u != NULL; u = u->next)
-			if (u->head[c] != NULL &&
-			    qcore_better(c, u->head[c], c, best))
-				best = u->head[c];
+		c = qcore_weighted_class(g);
 		uint32_t w = g->weights[c];
 		g->vtime = g->pass[c];
 		g->pass[c] += QCORE_STRIDE / (w > 0 ? w : 1);
 	} else {
 		/* A class counts as high as its oldest entry has aged to. */
-		int aged[QCLS_N];
-		for (int c = 0; c < QCLS_N; c++)
-			aged[c] = g->queued[c] == 0 ? c
-			          : qcore_aged(g, c, qcore_oldest(g, c), now);
-		for (struct quser *u = g->users; u != NULL; u = u->next) {
-			for (int c = 0; c < QCLS_N; c++) {
-				struct qent *e = u->head[c];
-				if (e == NULL)
-					continue;
-				int ec = aged[c];
-				if (qcore_better(ec, e, bcls, best)) {
-					best = e;
-					bcls = ec;
-				}
+		int ccls = QCLS_N;
+		for (int k = 0; k < QCLS_N; k++) {
+			if (best[k] == NULL)
+				continue;
+			int a = qcore_aged(g, k, oldest[k], now);
+			if (qcore_better(a, best[k], ccls,
+			                 c < 0 ? NULL : best[c])) {
+				c = k;
+				ccls = a;
 			}
 		}
 	}
-	if (best != NULL)
-		qcore_grant(g, best);
-	return best;
+	qcore_grant(g, best[c]);
+	return best[c];
 }
 
 void qcore_release(struct qgroup *g, struct qent *e)

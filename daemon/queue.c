@@ -124,12 +124,20 @@ void queue_run_locked(struct group *g)
 	}
 }
 
+/* Lock held: a task's group by its TaskSpec.group (empty: default), or
+ * NULL when there is none or it is being removed. */
+static struct group *queue_group_of(const uint8_t *name, size_t len)
+{
+	struct group *g = len == 0 ? group_find("default", 7)
+	                           : group_find((const char *)name, len);
+
+	return g != NULL && !g->removing ? g : NULL;
+}
+
 bool queue_group_exists(const uint8_t *name, size_t len)
 {
 	queue_lock();
-	struct group *g = len == 0 ? group_find("default", 7)
-	                           : group_find((const char *)name, len);
-	bool ok = g != NULL && !g->removing;
+	bool ok = queue_group_of(name, len) != NULL;
 	queue_unlock();
 	return ok;
 }
@@ -158,9 +166,8 @@ int queue_submit(const TaskSpec *spec, uid_t uid, struct qticket **out)
 		return err;
 	}
 	queue_lock();
-	struct group *g = spec->group.len == 0 ? group_find("default", 7)
-	        : group_find((const char *)spec->group.data, spec->group.len);
-	if (g == NULL || g->removing)
+	struct group *g = queue_group_of(spec->group.data, spec->group.len);
+	if (g == NULL)
 		err = -ENOENT;
 	else
 		err = qcore_push(&g->q, &t->q, uid, queue_class(spec->priority),

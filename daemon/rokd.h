@@ -369,8 +369,9 @@ size_t tasktab_list(uid_t uid, int state, const char *group, uint64_t after,
 /*
  * The journal's side (journal-*.c).  tasktab_set_next_id: ids continue
  * from `next` (recovery).  tasktab_restore: a queued record with a known
- * id (recovery; no max_queued check).  tasktab_discard: drops a record that
- * was never started nor acknowledged (its spawn could not be journaled).
+ * id, in its run `run` (recovery; no max_queued check).  tasktab_discard:
+ * drops a record that was never started nor acknowledged (its spawn could
+ * not be journaled).
  * tasktab_forget: a finished task was pruned, it is gone from memory too.
  */
 void tasktab_set_next_id(uint64_t next);
@@ -378,30 +379,24 @@ void tasktab_set_next_id(uint64_t next);
 uint64_t tasktab_next_id(void);
 int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
                     const TaskSpec *spec, uint64_t spawned_us,
-                    uint32_t retries, struct rtask **out);
+                    uint32_t retries, uint32_t run, struct rtask **out);
 void tasktab_discard(struct rtask *r);
 void tasktab_forget(uint64_t id);
 uint64_t tasktab_spawned_us(const struct rtask *r);
-/* kind_spawn: r's queue ticket (NULL: none), for the `waiting` of its
- * TaskInfo; tasktab_finish forgets it. */
-void tasktab_set_ticket(struct rtask *r, struct qticket *t);
 
 /*
  * For gate.c.  tasktab_dep_visible: whether id exists (in memory or the
  * journal, which it may read) and uid may see it: 0 or an ErrorCode.
  * tasktab_dep_state: a record's state in memory (0: pruned), or -1 when it
- * is not in memory (finished: see the journal).  tasktab_set_life: the
- * handle joins get until the final outcome (taken).  tasktab_set_wait: what
- * `waiting` shows of a gated record (a dependency, a start time).
- * tasktab_not_before: a recovered retry's backoff deadline, or 0.
- * tasktab_set_run: recovery: the run number and backoff deadline.
+ * is not in memory (finished: see the journal).  tasktab_set_life: marks
+ * it gated (gate_submit, first), with the handle joins get until the final
+ * outcome (taken).  tasktab_set_wait: what `waiting` shows of a gated
+ * record (a dependency, a start time).
  */
 int tasktab_dep_visible(uint64_t id, uid_t uid);
 int tasktab_dep_state(uint64_t id);
 void tasktab_set_life(struct rtask *r, rok_task *life);
 void tasktab_set_wait(struct rtask *r, uint64_t dep, uint64_t not_before_us);
-uint64_t tasktab_not_before(const struct rtask *r);
-void tasktab_set_run(struct rtask *r, uint32_t run, uint64_t not_before_us);
 
 /*
  * The watch snapshot (reactor thread), taken under the table's lock with
@@ -451,12 +446,13 @@ int gate_check(const TaskSpec *spec, uid_t uid, char *err, size_t len);
 /*
  * A committed (or recovered) task with gate_needed(spec): held until its
  * dependencies and time allow, then started; packed (borrowed) is kept for
- * every run.  A spawn --wait on it is a waiter's (waiter_start), whose
- * handle (tasktab_lookup) ends with the final outcome, across retries.
- * 0, or -ENOMEM (the task was failed).
+ * every run; not_before_us: a recovered retry's backoff deadline, or 0.
+ * A spawn --wait on it is a waiter's (waiter_start), whose handle
+ * (tasktab_lookup) ends with the final outcome, across retries.  0, or
+ * -ENOMEM (the task was failed).
  */
 int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
-                size_t len);
+                size_t len, uint64_t not_before_us);
 int gate_submit_packed(struct rtask *r, const uint8_t *packed, size_t len);
 /* tasktab_finish, after a task's final outcome: its dependents resolve;
  * `gated`: its own entry goes.  Cheap when nothing depends on anything. */
@@ -556,9 +552,13 @@ const struct kind *kind_find(const uint8_t *name, size_t len);
  * message in err.  Reactor thread. */
 int kind_check(const struct kind *k, const TaskSpec *spec, char *err,
                size_t len);
-/* Spawns the runtime task that runs record r: 0 or -errno. */
+/* Spawns the runtime task that runs record r: 0 or -errno.  *ticket: its
+ * place in its group's queue (kind->slot; else NULL), owned by the runner,
+ * which frees it after tasktab_finish: tasktab_start keeps it in r for the
+ * `waiting` of its TaskInfo while r is unfinished. */
 int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
-               const struct rt_reply *reply, rok_task **handle);
+               const struct rt_reply *reply, rok_task **handle,
+               struct qticket **ticket);
 
 extern const struct kind kind_noop, kind_sleep, kind_echo, kind_exec;
 /* slurm.c: an exec task of a slurm group (kind_spawn picks it). */
@@ -661,8 +661,12 @@ struct conn_stream {
 	struct conn *conn;
 	struct conn_stream *prev, *next;
 };
-void conn_stream_add(struct conn *c, struct conn_stream *s,
-                     const struct conn_stream_ops *ops);
+/* Adds s to c's streams, holding one of its uid's QUOTA_FOLLOWERS
+ * (max_followers_per_user) until conn_stream_remove; false when that cap
+ * is reached: then req_id is answered (reply_post_error, which ends its
+ * wait) and s is not added. */
+bool conn_stream_add(struct conn *c, struct conn_stream *s,
+                     const struct conn_stream_ops *ops, uint64_t req_id);
 void conn_stream_remove(struct conn_stream *s);
 /* Whether c is open with fewer queued bytes than the streams' pause mark
  * (half of max_output, at most 256 KiB): a stream sends only then. */

@@ -459,7 +459,7 @@ int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
 
 int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
                     const TaskSpec *spec, uint64_t spawned_us,
-                    uint32_t retries, struct rtask **out)
+                    uint32_t retries, uint32_t run, struct rtask **out)
 {
 	struct rtask *r = tasktab_new_record(uid, k, spec);
 
@@ -469,6 +469,7 @@ int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
 	r->id = id;
 	r->spawned_us = spawned_us;
 	r->retries = retries;
+	r->run = run > 0 ? run : 1;
 	pthread_mutex_lock(&tab.lock);
 	if ((r->user = tasktab_user_get(uid)) == NULL) {
 		pthread_mutex_unlock(&tab.lock);
@@ -522,13 +523,6 @@ uint64_t tasktab_spawned_us(const struct rtask *r)
 	return r->spawned_us;
 }
 
-void tasktab_set_ticket(struct rtask *r, struct qticket *t)
-{
-	pthread_mutex_lock(&tab.lock);
-	r->ticket = t;
-	pthread_mutex_unlock(&tab.lock);
-}
-
 uint64_t tasktab_id(const struct rtask *r)
 {
 	return r->id;
@@ -574,6 +568,7 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
                   const struct rt_reply *reply)
 {
 	rok_task *h;
+	struct qticket *t;
 	/*
 	 * Read without the lock (the hot path takes it once less): run only
 	 * changes when a run of r fails (tasktab_requeue), and that of the
@@ -582,24 +577,33 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 	 * (ordered by gate.lock).
 	 */
 	uint32_t run = r->run;
-	int err = kind_spawn(r, r->kind, spec, reply, &h);
+	uint64_t id = r->id;
+	int err = kind_spawn(r, r->kind, spec, reply, &h, &t);
 
 	if (err < 0) {
 		struct rt_outcome o = { .state = RT_FAILED };
 		snprintf(o.reason, sizeof(o.reason), "could not start: %s",
 		         err == -ENOENT ? "its group does not exist (removed?)"
 		                        : strerror(-err));
-		tasktab_finish(r, &o);
+		tasktab_finish(r, &o);   /* r may go from here on */
 		if (reply != NULL && reply->conn != NULL)
-			tasktab_reply(r->id, reply);
+			tasktab_reply(id, reply);
 		return err;
 	}
+	/*
+	 * Once kind_spawn has started it, the task may end on a worker and
+	 * its record be evicted by another task's end: r is found again by
+	 * its id (never reused), not read, and NULL means it finished.  The
+	 * same run: one that failed at once may be queued again for its
+	 * retry already (run + 1), and its handle and ticket are no longer
+	 * kept (the ticket is freed after the finish).
+	 */
 	pthread_mutex_lock(&tab.lock);
-	/* The same run: one that failed at once may be queued again for
-	 * its retry already (run + 1), and its handle is no longer kept. */
-	if ((r->state == RT_QUEUED || r->state == RT_RUNNING) &&
+	r = tasktab_find(id);
+	if (r != NULL && (r->state == RT_QUEUED || r->state == RT_RUNNING) &&
 	    r->run == run) {
 		r->handle = h;   /* kept for join, race and cancel */
+		r->ticket = t;
 		/* A spawn whose journal commit completed after the stop began
 		 * (tasktab_cancel_all), or that a client cancelled meanwhile:
 		 * stopped before it starts. */
@@ -730,7 +734,6 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 	rok_task *h = r->handle, *life = r->life;
 	r->handle = NULL;
 	r->life = NULL;
-	r->wait_dep = 0;
 	uint64_t id = r->id;
 	int state = r->state;
 	bool gated = r->gated;
@@ -1224,24 +1227,7 @@ void tasktab_set_life(struct rtask *r, rok_task *life)
 void tasktab_set_wait(struct rtask *r, uint64_t dep, uint64_t not_before_us)
 {
 	pthread_mutex_lock(&tab.lock);
-	r->gated = true;
 	r->wait_dep = dep;
-	r->not_before_us = not_before_us;
-	pthread_mutex_unlock(&tab.lock);
-}
-
-uint64_t tasktab_not_before(const struct rtask *r)
-{
-	pthread_mutex_lock(&tab.lock);
-	uint64_t nb = r->not_before_us;
-	pthread_mutex_unlock(&tab.lock);
-	return nb;
-}
-
-void tasktab_set_run(struct rtask *r, uint32_t run, uint64_t not_before_us)
-{
-	pthread_mutex_lock(&tab.lock);
-	r->run = run > 0 ? run : 1;
 	r->not_before_us = not_before_us;
 	pthread_mutex_unlock(&tab.lock);
 }

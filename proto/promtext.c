@@ -40,7 +40,15 @@ static const char *const promtext_classes[] = {
 };
 #define PROMTEXT_NCLASSES 4
 
-/* Group names are [A-Za-z0-9_-] (rokd refuses others): no label escaping. */
+/* One sample of a per-group gauge.  Group names are [A-Za-z0-9_-] (rokd
+ * refuses others): no label escaping. */
+static void promtext_group_sample(FILE *f, const char *name,
+                                  const Rok__V1__GroupStats *g, uint64_t v)
+{
+	fprintf(f, "%s{group=\"%.*s\"} %" PRIu64 "\n", name,
+	        (int)g->name.len, (const char *)g->name.data, v);
+}
+
 static void promtext_group_series(FILE *f, const Rok__V1__StatsReply *s)
 {
 	promtext_head(f, "rok_queued", "gauge", "Exec tasks waiting for a "
@@ -56,24 +64,18 @@ static void promtext_group_series(FILE *f, const Rok__V1__StatsReply *s)
 	promtext_head(f, "rok_running", "gauge", "Exec tasks holding a slot "
 	              "of their group.");
 	for (size_t i = 0; i < s->n_groups; i++)
-		fprintf(f, "rok_running{group=\"%.*s\"} %" PRIu32 "\n",
-		        (int)s->groups[i]->name.len,
-		        (const char *)s->groups[i]->name.data,
-		        s->groups[i]->running);
+		promtext_group_sample(f, "rok_running", s->groups[i],
+		                      s->groups[i]->running);
 	promtext_head(f, "rok_group_parallel", "gauge", "Slots of each "
 	              "group (0: no limit).");
 	for (size_t i = 0; i < s->n_groups; i++)
-		fprintf(f, "rok_group_parallel{group=\"%.*s\"} %" PRIu32 "\n",
-		        (int)s->groups[i]->name.len,
-		        (const char *)s->groups[i]->name.data,
-		        s->groups[i]->parallel);
+		promtext_group_sample(f, "rok_group_parallel", s->groups[i],
+		                      s->groups[i]->parallel);
 	promtext_head(f, "rok_group_paused", "gauge", "1 while a group is "
 	              "paused.");
 	for (size_t i = 0; i < s->n_groups; i++)
-		fprintf(f, "rok_group_paused{group=\"%.*s\"} %d\n",
-		        (int)s->groups[i]->name.len,
-		        (const char *)s->groups[i]->name.data,
-		        s->groups[i]->paused ? 1 : 0);
+		promtext_group_sample(f, "rok_group_paused", s->groups[i],
+		                      s->groups[i]->paused ? 1 : 0);
 }
 
 /* Microseconds as exact decimal seconds: 2500 -> "0.0025". */

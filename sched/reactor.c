@@ -119,12 +119,6 @@ struct reactor_dir {
 	struct reactor_fd *_Atomic chunks[];
 };
 
-struct reactor_call {
-	struct reactor_call *next;
-	void (*fn)(void *arg);
-	void *arg;
-};
-
 static struct {
 	pthread_mutex_t lock;
 	_Atomic int state;                      /* REACTOR_*; written locked */
@@ -510,8 +504,10 @@ static void reactor_wake_cb(evutil_socket_t fd, short what, void *arg)
 	reactor_apply_queued();
 	while (calls != NULL) {
 		struct reactor_call *next = calls->next;
+		bool borrowed = calls->borrowed;   /* fn may free a borrowed c */
 		calls->fn(calls->arg);
-		free(calls);
+		if (!borrowed)
+			free(calls);
 		calls = next;
 	}
 	if (stopping)
@@ -672,21 +668,18 @@ void reactor_free(void)
 	pthread_mutex_unlock(&reactor.lock);
 }
 
-int reactor_call(void (*fn)(void *arg), void *arg)
+/* Queues c (its `borrowed` set by the caller). */
+static int reactor_call_queue(struct reactor_call *c, void (*fn)(void *arg),
+                              void *arg)
 {
-	struct reactor_call *c = malloc(sizeof(*c));
 	bool kick = false;
 	int err;
 
-	if (c == NULL)
-		return -ENOMEM;
 	c->next = NULL;
 	c->fn = fn;
 	c->arg = arg;
-	if ((err = executor_ensure()) < 0) {
-		free(c);
+	if ((err = executor_ensure()) < 0)
 		return err;
-	}
 	pthread_mutex_lock(&reactor.lock);
 	err = reactor_ensure_locked();
 	if (err == 0) {
@@ -697,9 +690,27 @@ int reactor_call(void (*fn)(void *arg), void *arg)
 	pthread_mutex_unlock(&reactor.lock);
 	if (kick)
 		reactor_kick_claimed();
+	return err;
+}
+
+int reactor_call(void (*fn)(void *arg), void *arg)
+{
+	struct reactor_call *c = malloc(sizeof(*c));
+
+	if (c == NULL)
+		return -ENOMEM;
+	c->borrowed = false;   /* freed by the loop once fn has run */
+	int err = reactor_call_queue(c, fn, arg);
 	if (err < 0)
 		free(c);
 	return err;
+}
+
+int reactor_call_in(struct reactor_call *c, void (*fn)(void *arg),
+                    void *arg)
+{
+	c->borrowed = true;
+	return reactor_call_queue(c, fn, arg);
 }
 
 /* ---- the awaits ------------------------------------------------------- */

@@ -28,6 +28,21 @@ struct event_base;
  */
 int reactor_call(void (*fn)(void *arg), void *arg);
 
+/*
+ * reactor_call in caller storage, for a call made often enough that its
+ * allocation matters (the daemon's task events): c is borrowed from the
+ * call until fn starts (fn may free it; it is not touched after), or, on
+ * an error, until reactor_call_in returns.  The fields are reactor.c's.
+ */
+struct reactor_call {
+	struct reactor_call *next;
+	void (*fn)(void *arg);
+	void *arg;
+	bool borrowed;              /* c is the caller's: not freed here */
+};
+int reactor_call_in(struct reactor_call *c, void (*fn)(void *arg),
+                    void *arg);
+
 /* The reactor's event_base on the reactor thread (inside a reactor_call
  * function or an event callback), NULL on any other thread. */
 struct event_base *reactor_base(void);

@@ -1599,6 +1599,24 @@ START_TEST(state_names)
 	ck_assert_str_eq(rok_state_name(99), "unknown");
 	ck_assert(!rok_state_finished(ROK_TASK_RUNNING));
 	ck_assert(rok_state_finished(ROK_TASK_INTERRUPTED));
+	ck_assert_int_eq(rok_state_parse("unspecified"), -EINVAL);
+
+	/* Priorities: 0 (unspecified) reads as normal, "normal" parses to
+	 * the class itself; policies. */
+	ck_assert_str_eq(rok_priority_name(0), "normal");
+	ck_assert_str_eq(rok_priority_name(ROK_PRIORITY_LOW), "low");
+	ck_assert_str_eq(rok_priority_name(5), "unknown");
+	ck_assert_str_eq(rok_priority_name(-1), "unknown");
+	ck_assert_int_eq(rok_priority_parse("URGENT"), 1);
+	ck_assert_int_eq(rok_priority_parse("normal"), 3);
+	ck_assert_int_eq(rok_priority_parse("low"), ROK_PRIORITY_LOW);
+	ck_assert_int_eq(rok_priority_parse("bogus"), -EINVAL);
+	ck_assert_str_eq(rok_policy_name(ROK_POLICY_WEIGHTED), "weighted");
+	ck_assert_str_eq(rok_policy_name(3), "unknown");
+	ck_assert_int_eq(rok_policy_parse("strict"), 1);
+	ck_assert_int_eq(rok_policy_parse("Weighted"), ROK_POLICY_WEIGHTED);
+	ck_assert_int_eq(rok_policy_parse("unspecified"), -EINVAL);
+	ck_assert_str_eq(rok_error_name(0), "ok");
 }
 END_TEST
 

@@ -14,6 +14,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -202,15 +203,30 @@ START_TEST(schema_refuses_unchanged)
 }
 END_TEST
 
+/* The tables of schema version 1, spelled out (a released step never
+ * changes): the tasks table without its closing parenthesis, for the
+ * columns of later steps; the meta table. */
+#define J1_TASKS                                                          \
+	"CREATE TABLE tasks ("                                            \
+	" id INTEGER PRIMARY KEY, uid INTEGER NOT NULL,"                  \
+	" kind TEXT NOT NULL, spec BLOB NOT NULL,"                        \
+	" state INTEGER NOT NULL, spawned_us INTEGER NOT NULL,"           \
+	" started_us INTEGER NOT NULL DEFAULT 0,"                         \
+	" finished_us INTEGER NOT NULL DEFAULT 0, value BLOB,"            \
+	" exit_code INTEGER, signal INTEGER, reason TEXT,"                \
+	" output_truncated INTEGER NOT NULL DEFAULT 0,"                   \
+	" retries INTEGER NOT NULL DEFAULT 0,"                            \
+	" cancel_requested INTEGER NOT NULL DEFAULT 0"
+#define J1_META                                                           \
+	"CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)" \
+	" WITHOUT ROWID;"
+
 /*
  * A journal written by a rokd of schema version 1 (the tasks table before
  * step 2) gains the pgid and pg_start columns (step 2), then run and
  * next_us (step 3), then the groups table and the grp column (step 4), in
- * one open, keeps its
- * rows, and says version 4; the
- * version-1 SQL is spelled out here because a released step never
- * changes.  (tests/when.test migrates a version-2 journal written by the
- * release before step 3.)
+ * one open, keeps its rows, and says version 4.  (tests/when.test
+ * migrates a version-2 journal written by the release before step 3.)
  */
 START_TEST(schema_migrates_1_to_4)
 {
@@ -221,18 +237,8 @@ START_TEST(schema_migrates_1_to_4)
 	jpath(path, sizeof(path), "journal.db");
 	ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
 	ck_assert_int_eq(sqlite3_exec(db,
-		"CREATE TABLE tasks ("
-		" id INTEGER PRIMARY KEY, uid INTEGER NOT NULL,"
-		" kind TEXT NOT NULL, spec BLOB NOT NULL,"
-		" state INTEGER NOT NULL, spawned_us INTEGER NOT NULL,"
-		" started_us INTEGER NOT NULL DEFAULT 0,"
-		" finished_us INTEGER NOT NULL DEFAULT 0, value BLOB,"
-		" exit_code INTEGER, signal INTEGER, reason TEXT,"
-		" output_truncated INTEGER NOT NULL DEFAULT 0,"
-		" retries INTEGER NOT NULL DEFAULT 0,"
-		" cancel_requested INTEGER NOT NULL DEFAULT 0);"
-		"CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"
-		" WITHOUT ROWID;"
+		J1_TASKS ");"
+		J1_META
 		"INSERT INTO meta VALUES ('max_id', 7);"
 		"INSERT INTO tasks (id, uid, kind, spec, state, spawned_us)"
 		" VALUES (7, 0, 'exec', x'', 2, 1);"
@@ -277,19 +283,8 @@ START_TEST(schema_migrates_2_with_groups)
 	jpath(path, sizeof(path), "journal.db");
 	ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
 	ck_assert_int_eq(sqlite3_exec(db,
-		"CREATE TABLE tasks ("
-		" id INTEGER PRIMARY KEY, uid INTEGER NOT NULL,"
-		" kind TEXT NOT NULL, spec BLOB NOT NULL,"
-		" state INTEGER NOT NULL, spawned_us INTEGER NOT NULL,"
-		" started_us INTEGER NOT NULL DEFAULT 0,"
-		" finished_us INTEGER NOT NULL DEFAULT 0, value BLOB,"
-		" exit_code INTEGER, signal INTEGER, reason TEXT,"
-		" output_truncated INTEGER NOT NULL DEFAULT 0,"
-		" retries INTEGER NOT NULL DEFAULT 0,"
-		" cancel_requested INTEGER NOT NULL DEFAULT 0,"
-		" pgid INTEGER, pg_start INTEGER);"
-		"CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"
-		" WITHOUT ROWID;"
+		J1_TASKS ", pgid INTEGER, pg_start INTEGER);"
+		J1_META
 		"INSERT INTO meta VALUES ('max_id', 3);"
 		"INSERT INTO tasks (id, uid, kind, spec, state, spawned_us)"
 		" VALUES (3, 0, 'exec', x'', 1, 1);"
@@ -355,6 +350,51 @@ static void jspawn(uint64_t id, const char *kind, uint32_t retry)
 	ck_assert_int_eq(sem_wait(&jdone), 0);
 	ck_assert_int_eq(atomic_load(&jdone_err), 0);
 }
+
+/*
+ * journal_read_ids by group: none (every row), "default" (rows without a
+ * group and those spawned in "default" by name) and a named group (its
+ * rows only, through the index by group), in id order from `after`.
+ */
+START_TEST(read_ids_by_group)
+{
+	static const char *const grp[] = { NULL, "a", "default", "b", "a" };
+	TaskSpec spec = ROK__V1__TASK_SPEC__INIT;
+	uint8_t buf[256];
+	uint64_t ids[8];
+
+	jstart();
+	spec.kind.data = (uint8_t *)"noop";
+	spec.kind.len = 4;
+	for (size_t i = 0; i < sizeof(grp) / sizeof(grp[0]); i++) {
+		struct journal_spawn_item it = {
+			.id = i + 1, .uid = 0, .kind = "noop", .spec = buf,
+			.spec_len = rok__v1__task_spec__pack(&spec, buf),
+			.spawned_us = 1,
+			.group = (const uint8_t *)grp[i],
+			.group_len = grp[i] != NULL ? strlen(grp[i]) : 0,
+		};
+		ck_assert_int_eq(journal_spawn(&it, 1, jdone_cb, NULL), 0);
+		ck_assert_int_eq(sem_wait(&jdone), 0);
+		ck_assert_int_eq(atomic_load(&jdone_err), 0);
+	}
+	ck_assert_int_eq(journal_read_ids(0, 0, NULL, 0, 8, ids), 5);
+	ck_assert_int_eq(journal_read_ids(0, 0, "default", 0, 8, ids), 2);
+	ck_assert_uint_eq(ids[0], 1);
+	ck_assert_uint_eq(ids[1], 3);
+	ck_assert_int_eq(journal_read_ids(0, 0, "a", 0, 8, ids), 2);
+	ck_assert_uint_eq(ids[0], 2);
+	ck_assert_uint_eq(ids[1], 5);
+	ck_assert_int_eq(journal_read_ids(0, 0, "a", 2, 8, ids), 1);
+	ck_assert_uint_eq(ids[0], 5);
+	ck_assert_int_eq(journal_read_ids(0, RT_QUEUED, "b", 0, 8, ids), 1);
+	ck_assert_uint_eq(ids[0], 4);
+	ck_assert_int_eq(journal_read_ids(0, RT_RUNNING, "b", 0, 8, ids), 0);
+	ck_assert_int_eq(journal_read_ids(0, 0, "c", 0, 8, ids), 0);
+	journal_stop();
+	jcleanup();
+}
+END_TEST
 
 START_TEST(commit_then_complete)
 {
@@ -624,6 +664,37 @@ START_TEST(recover_states)
 }
 END_TEST
 
+/* durability = off: no journal thread, so every update is dropped at
+ * once; one kept would sit in the queue until journal_stop (memory that
+ * grows with each retry, start or finish while rokd runs).  Measured with
+ * glibc's allocator (a sanitizer's replaces it: then nothing is seen). */
+START_TEST(durability_off_keeps_no_update)
+{
+	char err[512];
+
+	jsetup();
+	config.durability_off = true;
+	ck_assert_int_eq(journal_open(err, sizeof(err)), 0);
+	ck_assert_int_eq(journal_start(), 0);
+	size_t before = mallinfo2().uordblks;
+	for (uint64_t id = 1; id <= 1000; id++) {
+		struct journal_finish f = { .id = id, .state = RT_SUCCEEDED,
+		                            .reason = "done" };
+		journal_started(id, 1);
+		journal_exec_started(id, 7, 1);
+		journal_requeued(id, 2, 1);
+		journal_exec_gone(id);
+		journal_cancel_requested(id);
+		journal_finished(&f);
+	}
+	size_t after = mallinfo2().uordblks;
+	ck_assert_msg(after <= before + 4096, "%zu bytes kept for 6000 "
+	              "updates with durability = off", after - before);
+	journal_stop();
+	jcleanup();
+}
+END_TEST
+
 static Suite *journal_suite(void)
 {
 	const struct test_case cases[] = {
@@ -633,10 +704,13 @@ static Suite *journal_suite(void)
 		{ "schema_migrates_2_with_groups",
 		  schema_migrates_2_with_groups },
 		{ "commit_then_complete", commit_then_complete },
+		{ "read_ids_by_group", read_ids_by_group },
 		{ "exec_group_rows", exec_group_rows },
 		{ "orphans_rules", orphans_rules },
 		{ "prune_keeps_max_id", prune_keeps_max_id },
 		{ "recover_states", recover_states },
+		{ "durability_off_keeps_no_update",
+		  durability_off_keeps_no_update },
 	};
 	return TEST_SUITE("journal", cases, 30);
 }

@@ -28,6 +28,8 @@
  *                finish (ROK_TEST_SCALE shrinks it).
  * call:          reactor_call runs functions on the reactor thread, in
  *                order; reactor_base() is set there only.
+ * call_in:       reactor_call_in (caller storage, freed by the function)
+ *                keeps the same order mixed with reactor_call.
  * idle:          with the reactor running and a task waiting, the process
  *                uses (almost) no CPU.
  * stop:          rok_stop with the reactor running and a task waiting joins
@@ -868,6 +870,49 @@ START_TEST(test_reactor_call)
 }
 END_TEST
 
+/* A call in caller storage, which its function frees (a free by the
+ * loop too would be a double free). */
+struct crx_in {
+	struct reactor_call call;
+	int i;
+};
+
+static void crx_in_record(void *arg)
+{
+	struct crx_in *n = arg;
+
+	crx_record((void *)(intptr_t)n->i);
+	free(n);
+}
+
+START_TEST(test_reactor_call_in)
+{
+	atomic_store(&crx_ncalls, 0);
+	for (int i = 0; i < CRX_CALLS; i++) {
+		if (i % 2 != 0) {
+			ck_assert_int_eq(reactor_call(crx_record,
+			                              (void *)(intptr_t)i), 0);
+			continue;
+		}
+		struct crx_in *n = malloc(sizeof(*n));
+		ck_assert_ptr_nonnull(n);
+		n->i = i;
+		ck_assert_int_eq(reactor_call_in(&n->call, crx_in_record, n),
+		                 0);
+	}
+	double deadline = crx_now() + test_timeout(20);
+	while (atomic_load(&crx_ncalls) < CRX_CALLS) {
+		ck_assert(crx_now() < deadline);
+		sched_yield();
+	}
+	crx_barrier();
+	ck_assert_int_eq(atomic_load(&crx_ncalls), CRX_CALLS);
+	for (int i = 0; i < CRX_CALLS; i++)
+		ck_assert_int_eq(crx_order[i], i);
+	crx_stop();
+}
+END_TEST
+
 static _Atomic int crx_stop_err;
 
 static void crx_stop_from_reactor(void *arg)
@@ -1033,6 +1078,7 @@ static Suite *crx_suite(void)
 	test_add(s, "errors", test_reactor_errors, 0, 30);
 	test_add(s, "thousand", test_reactor_thousand, 0, 30);
 	test_add(s, "call", test_reactor_call, 0, 30);
+	test_add(s, "call_in", test_reactor_call_in, 0, 30);
 	test_add(s, "call_stop", test_reactor_call_stop, 0, 30);
 	test_add(s, "idle", test_reactor_idle, 0, 30);
 	test_add(s, "stop", test_reactor_stop, 0, 30);

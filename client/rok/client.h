@@ -328,12 +328,12 @@ typedef struct rok_log_chunk {
  *   RACE    index, tasks[0] is the winner
  *   SELECT  index, tasks[0] is the winner, ids (one per spec)
  *   CANCEL  results (one per id, code 0 / NOT_FOUND / PERMISSION_DENIED)
- *   STATS   stats, and prometheus: the same in the Prometheus text
- *           format (as rokd's metrics_listen serves it)
+ *   STATS   stats, groups (running and queued per class), and
+ *           prometheus: the same in the Prometheus text format (as rokd's
+ *           metrics_listen serves it)
  *   PING    payload
  *   PRUNE   pruned
  *   GROUP   groups (list: all; others: the group as it is now)
- *   STATS   also groups (running and queued per class)
  *   HELLO   server
  *   LOGS    chunks (output, in the order the task wrote it); end: the
  *           last reply of the stream, with tasks[0] the task as it is then
@@ -481,7 +481,8 @@ int rok_client_list(rok_client *c, int state, uint64_t after_id,
 		    uint32_t limit, rok_reply **out);
 
 /* The same list, only the tasks of `group` that the daemon holds in
- * memory (every queued and running one, the newest finished). */
+ * memory (every queued and running one, the newest finished); a NULL
+ * group is rok_client_list. */
 int rok_client_list_group(rok_client *c, const char *group, int state,
 			  uint64_t after_id, uint32_t limit, rok_reply **out);
 

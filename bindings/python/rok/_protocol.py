@@ -290,13 +290,32 @@ def _kind_bytes(kind: str) -> bytes:
 
 def task_spec(spec: Spec) -> dict:
     """The fields of the ``TaskSpec`` message for ``spec``: see
-    :func:`spec_fields`."""
-    kw = spec_fields(spec.args, spec.kind, spec.timeout, spec.env,
-                     spec.clean_env, spec.cwd, spec.stdin, spec.retry,
-                     spec.kill_grace, spec.group, spec.priority)
-    when_fields(kw, spec.after, spec.after_any, spec.at, spec.delay,
-                spec.retry_failed, spec.backoff)
-    return kw
+    :func:`spawn_spec`."""
+    return spawn_spec(spec.args, spec.kind, spec.timeout, spec.env,
+                      spec.cwd, spec.stdin, spec.clean_env, spec.retry,
+                      spec.kill_grace, spec.group, spec.priority, spec.after,
+                      spec.after_any, spec.at, spec.delay, spec.retry_failed,
+                      spec.backoff)
+
+
+def spawn_spec(args: Sequence[StrOrBytes], kind: str,
+               timeout: Optional[Seconds],
+               env: Optional[Mapping[StrOrBytes, StrOrBytes]],
+               cwd: Optional[StrOrBytes], stdin: Optional[bytes],
+               clean_env: bool, retry: int, kill_grace: Optional[Seconds],
+               group: Optional[str] = None, priority: Optional[str] = None,
+               after: Optional[Iterable[object]] = None,
+               after_any: Optional[Iterable[object]] = None,
+               at: Optional[object] = None, delay: Optional[Seconds] = None,
+               retry_failed: int = 0,
+               backoff: Optional[Seconds] = None) -> dict:
+    """The TaskSpec fields of spawn's arguments, in the order both
+    clients' ``spawn`` take them: :func:`spec_fields` and
+    :func:`when_fields` together."""
+    kw = spec_fields(args, kind, timeout, env, clean_env, cwd, stdin, retry,
+                     kill_grace, group, priority)
+    return when_fields(kw, after, after_any, at, delay, retry_failed,
+                       backoff)
 
 
 def not_before_us(at: Optional[object], delay: Optional[Seconds]) -> int:
@@ -568,9 +587,6 @@ def logs(tid: int, follow: bool) -> "pb.Request":
     return req
 
 
-_STATE_NUMBERS = {v: k for k, v in _STATES.items()}
-
-
 def watch(ids: Optional[Iterable[object]], group: Optional[StrOrBytes],
           states: Optional[Iterable[object]]) -> "pb.Request":
     req = pb.Request()
@@ -580,7 +596,7 @@ def watch(ids: Optional[Iterable[object]], group: Optional[StrOrBytes],
         if group is not None:
             raise ValueError("watch: ids and group do not go together")
     if group is not None:
-        req.watch.group = group.encode() if isinstance(group, str) else group
+        req.watch.group = to_bytes(group)
     for s in states or ():
         try:
             st = State(s)
@@ -588,7 +604,7 @@ def watch(ids: Optional[Iterable[object]], group: Optional[StrOrBytes],
             raise ValueError(f"watch: unknown state {s!r}") from None
         if st == State.UNSPECIFIED:
             raise ValueError("watch: unknown state 'unspecified'")
-        req.watch.states.append(_STATE_NUMBERS[st])
+        req.watch.states.append(_STATE_CODES[st])
     return req
 
 
@@ -634,6 +650,14 @@ def body(resp: "pb.Response", expect: str):  # -> the reply message
         raise ConnectionError(f"rokd answered a {expect} request with "
                               f"{which or 'an empty reply'}")
     return getattr(resp, expect)
+
+
+def ends_stream(resp: "pb.Response") -> bool:
+    """Whether ``resp`` is the last reply of a log or watch stream: its
+    end, or an error (the daemon then no longer counts the request as
+    in flight)."""
+    return (resp.HasField("error") and resp.error.code != pb.OK) \
+        or resp.logs.end or resp.watch.end
 
 
 _KIND_TEXT: dict = {}

@@ -4,9 +4,9 @@
 opens one connection, and every request of every coroutine goes over it,
 pipelined: each request gets a fresh id, and the connection (an asyncio
 protocol: no reader task) hands each reply, as the socket delivers it, to
-the coroutine that waits for that id (or to the log stream it belongs to),
-in whatever order the daemon answers.  Requests written in the same turn
-of the event loop leave in one write (or one per 32).
+the coroutine that waits for that id (or to the log or watch stream it
+belongs to), in whatever order the daemon answers.  Requests written in
+the same turn of the event loop leave in one write (or one per 32).
 
 Cancellation.  Cancelling a coroutine that awaits a reply
 (``asyncio.wait_for`` timing out, ``task.cancel()``) abandons the *wait*
@@ -19,7 +19,8 @@ Flow control.  The daemon lets a connection have ``max_in_flight``
 requests pending (it says how many when the connection opens); the client
 never sends more: further requests wait in the client for a slot.  A
 request abandoned by cancellation keeps its slot until its reply comes,
-and a log stream until it ends, because the daemon counts them until then.
+and a log or watch stream until it ends, because the daemon counts them
+until then.
 
 A broken connection (the daemon died or closed it, or sent bytes that are
 not the protocol) fails every waiting coroutine and every later call with
@@ -30,7 +31,8 @@ import asyncio
 import collections
 import time
 from typing import (Any, AsyncIterator, Awaitable, Deque, Dict, Generator,
-                    Iterable, List, Mapping, Optional, Sequence, Tuple)
+                    Iterable, List, Mapping, Optional, Sequence, Tuple,
+                    TypeVar)
 
 from . import _protocol as P
 from . import rok_pb2 as pb
@@ -39,7 +41,7 @@ from ._errors import (Cancelled, ConnectionError, Error, Internal,
                       ResourceExhausted, TaskFailed, TimedOut, Unavailable)
 from ._types import (STDERR, STDOUT, Group, LogChunk, Result, Seconds,
                      ServerInfo, Spec, State, StrOrBytes, WatchEvent)
-from .client import _SOFTWARE, _spec
+from .client import _SOFTWARE
 
 # The data types and errors are rok's own, re-exported so that rok.aio
 # alone has every name.
@@ -106,7 +108,8 @@ class _Conn(asyncio.Protocol):
         # id -> the future of a plain request (kept until its reply comes,
         # even if the caller gave up: it holds a slot until then).
         self._pending: Dict[int, "asyncio.Future[pb.Response]"] = {}
-        # id -> the queue of a log stream; None once its reader gave up.
+        # id -> the queue of a log or watch stream; None once its reader
+        # gave up.
         self._streams: Dict[int, Optional["asyncio.Queue[Any]"]] = {}
         self._slots: Optional[_Slots] = None
         self._wbuf: List[bytes] = []
@@ -295,14 +298,12 @@ class _Conn(asyncio.Protocol):
     # -- receiving --
 
     def _route_stream(self, resp: "pb.Response") -> None:
-        """A reply that is not to a plain request: a log stream's, or one
-        to nothing we sent (ignored)."""
+        """A reply that is not to a plain request: a log or watch
+        stream's, or one to nothing we sent (ignored)."""
         rid = resp.id
         if rid in self._streams:
             q = self._streams[rid]
-            ended = (resp.HasField("error") and resp.error.code != pb.OK) \
-                or resp.logs.end
-            if ended:
+            if P.ends_stream(resp):
                 del self._streams[rid]
                 self._release()
             if q is not None:
@@ -380,24 +381,25 @@ class Task:
         return self._client.logs(self, follow=follow)
 
 
-class WatchStream:
-    """An async iterator of :class:`rok.WatchEvent` (see
-    :meth:`rok.Client.watch`).  The request is sent when iteration starts;
-    ``await stream.aclose()`` (or ``async with``) stops early."""
+_S = TypeVar("_S", bound="_Stream")
 
-    def __init__(self, conn: _Conn, req: "pb.Request") -> None:
+
+class _Stream:
+    """What log and watch streams share: the request, sent when iteration
+    starts (a stream costs a slot only once it is read), each reply's body
+    in turn, and stopping early."""
+
+    def __init__(self, conn: _Conn, req: P.AnyRequest) -> None:
         self._conn = conn
-        self._req: Optional["pb.Request"] = req
+        self._req: Optional[P.AnyRequest] = req
         self._rid: Optional[int] = None
         self._queue: Optional["asyncio.Queue[Any]"] = None
         self._done = False
 
-    def __aiter__(self) -> "WatchStream":
-        return self
-
-    async def __anext__(self) -> WatchEvent:
-        if self._done:
-            raise StopAsyncIteration
+    async def _reply(self, expect: str) -> Any:
+        """The next reply body ``expect`` of the stream, sending the request
+        first; on an error (the daemon's or the connection's) the stream is
+        closed and the error raised."""
         if self._queue is None:
             assert self._req is not None
             self._rid, self._queue = await self._conn.open_stream(self._req)
@@ -406,11 +408,7 @@ class WatchStream:
             item = await self._queue.get()
             if isinstance(item, BaseException):
                 raise ConnectionError(str(item))
-            reply = P.body(item, "watch")
-            if reply.end:
-                await self.aclose()
-                raise StopAsyncIteration
-            return P.watch_event(reply)
+            return P.body(item, expect)
         except BaseException:
             await self.aclose()
             raise
@@ -422,69 +420,7 @@ class WatchStream:
             self._conn.abandon_stream(self._rid)
             self._rid = None
 
-    async def __aenter__(self) -> "WatchStream":
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def __del__(self) -> None:
-        if self._rid is not None:
-            self._conn.abandon_stream(self._rid)
-            self._rid = None
-
-
-class LogStream:
-    """An async iterator of ``(stream, data)`` chunks of a task's output
-    (stream 1: stdout, 2: stderr).  Once exhausted, :attr:`result` is the
-    task as it was at the end.  The request is sent when iteration starts;
-    ``await stream.aclose()`` (or ``async with``) stops early."""
-
-    def __init__(self, conn: _Conn, req: P.AnyRequest) -> None:
-        self._conn = conn
-        self._req: Optional[P.AnyRequest] = req
-        self._rid: Optional[int] = None
-        self._queue: Optional["asyncio.Queue[Any]"] = None
-        self._pending: Deque[LogChunk] = collections.deque()
-        self._done = False
-        #: The task when the stream ended (None before).
-        self.result: Optional[Result] = None
-
-    def __aiter__(self) -> "LogStream":
-        return self
-
-    async def __anext__(self) -> LogChunk:
-        while not self._pending:
-            if self._done:
-                raise StopAsyncIteration
-            if self._queue is None:
-                assert self._req is not None
-                self._rid, self._queue = await self._conn.open_stream(
-                    self._req)
-                self._req = None
-            try:
-                item = await self._queue.get()
-                if isinstance(item, BaseException):
-                    raise ConnectionError(str(item))
-                reply = P.body(item, "logs")
-            except BaseException:
-                await self.aclose()
-                raise
-            self._pending.extend(P.log_chunks(reply))
-            if reply.end:
-                self._done = True
-                if reply.HasField("task"):
-                    self.result = P.result(reply.task)
-        return self._pending.popleft()
-
-    async def aclose(self) -> None:
-        """Stops reading the stream (idempotent)."""
-        self._done = True
-        if self._rid is not None:
-            self._conn.abandon_stream(self._rid)
-            self._rid = None
-
-    async def __aenter__(self) -> "LogStream":
+    async def __aenter__(self: _S) -> _S:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -495,6 +431,53 @@ class LogStream:
         # rest of the stream rather than queue it forever.
         if self._rid is not None:
             self._conn.abandon_stream(self._rid)
+            self._rid = None
+
+
+class WatchStream(_Stream):
+    """An async iterator of :class:`rok.WatchEvent` (see
+    :meth:`rok.Client.watch`).  The request is sent when iteration starts;
+    ``await stream.aclose()`` (or ``async with``) stops early."""
+
+    def __aiter__(self) -> "WatchStream":
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        if self._done:
+            raise StopAsyncIteration
+        reply = await self._reply("watch")
+        if reply.end:
+            await self.aclose()
+            raise StopAsyncIteration
+        return P.watch_event(reply)
+
+
+class LogStream(_Stream):
+    """An async iterator of ``(stream, data)`` chunks of a task's output
+    (stream 1: stdout, 2: stderr).  Once exhausted, :attr:`result` is the
+    task as it was at the end.  The request is sent when iteration starts;
+    ``await stream.aclose()`` (or ``async with``) stops early."""
+
+    def __init__(self, conn: _Conn, req: P.AnyRequest) -> None:
+        super().__init__(conn, req)
+        self._pending: Deque[LogChunk] = collections.deque()
+        #: The task when the stream ended (None before).
+        self.result: Optional[Result] = None
+
+    def __aiter__(self) -> "LogStream":
+        return self
+
+    async def __anext__(self) -> LogChunk:
+        while not self._pending:
+            if self._done:
+                raise StopAsyncIteration
+            reply = await self._reply("logs")
+            self._pending.extend(P.log_chunks(reply))
+            if reply.end:
+                self._done = True
+                if reply.HasField("task"):
+                    self.result = P.result(reply.task)
+        return self._pending.popleft()
 
 
 class Client:
@@ -542,9 +525,10 @@ class Client:
                     retry_failed: int = 0,
                     backoff: Optional[Seconds] = None) -> Task:
         """As :meth:`rok.Client.spawn`."""
-        spec = _spec(args, kind, timeout, env, cwd, stdin, clean_env, retry,
-                     kill_grace, group, priority, after, after_any, at,
-                     delay, retry_failed, backoff)
+        spec = P.spawn_spec(args, kind, timeout, env, cwd, stdin,
+                            clean_env, retry, kill_grace, group, priority,
+                            after, after_any, at, delay, retry_failed,
+                            backoff)
         reply = await self._conn.send(P.spawn(spec))
         return Task(self, P.body(reply, "spawn").id)
 
@@ -556,8 +540,8 @@ class Client:
                   retry: int = 0, kill_grace: Optional[Seconds] = None,
                   wait_timeout: Optional[Seconds] = None) -> Result:
         """As :meth:`rok.Client.run`: spawn and wait in one request."""
-        spec = _spec(args, kind, timeout, env, cwd, stdin, clean_env, retry,
-                     kill_grace, None, None, None)
+        spec = P.spawn_spec(args, kind, timeout, env, cwd, stdin,
+                            clean_env, retry, kill_grace)
         # The hot path of a pipelined batch: one coroutine frame (this).
         reply = await self._conn.send(P.spawn(spec, True, wait_timeout))
         return P.result(P.body(reply, "spawn").task)

@@ -24,7 +24,7 @@ import socket as _socket
 import threading
 import time
 from typing import (Any, Deque, Dict, Iterable, Iterator, List, Mapping,
-                    Optional, Sequence, Tuple)
+                    Optional, Sequence, Tuple, TypeVar)
 
 from . import _protocol as P
 from . import rok_pb2 as pb
@@ -215,7 +215,44 @@ class Task:
         return self._client.logs(self, follow=follow)
 
 
-class LogStream:
+_S = TypeVar("_S", bound="_Stream")
+
+
+class _Stream:
+    """What log and watch streams share: the request's id, each reply's
+    body in turn, and stopping early."""
+
+    def __init__(self, conn: _Conn, rid: int) -> None:
+        self._conn = conn
+        self._rid: Optional[int] = rid
+
+    def _reply(self, expect: str) -> Any:
+        """The next reply body ``expect`` of the stream (the stream must be
+        open); on an error the stream is closed and the error raised."""
+        assert self._rid is not None
+        try:
+            return P.body(self._conn.recv(self._rid), expect)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stops reading the stream (idempotent)."""
+        if self._rid is not None:
+            self._conn.forget(self._rid)
+            self._rid = None
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class LogStream(_Stream):
     """An iterator of ``(stream, data)`` chunks of a task's output, in the
     order the task wrote them (stream 1: stdout, 2: stderr).  Once
     exhausted, :attr:`result` is the task as it was at the end.  Closing it
@@ -223,8 +260,7 @@ class LogStream:
     daemon's stream then ends with the task."""
 
     def __init__(self, conn: _Conn, rid: int) -> None:
-        self._conn = conn
-        self._rid: Optional[int] = rid
+        super().__init__(conn, rid)
         self._pending: Deque[LogChunk] = collections.deque()
         #: The task when the stream ended (None before).
         self.result: Optional[Result] = None
@@ -236,11 +272,7 @@ class LogStream:
         while not self._pending:
             if self._rid is None:
                 raise StopIteration
-            try:
-                reply = P.body(self._conn.recv(self._rid), "logs")
-            except BaseException:
-                self.close()
-                raise
+            reply = self._reply("logs")
             self._pending.extend(P.log_chunks(reply))
             if reply.end:
                 self.close()
@@ -248,23 +280,8 @@ class LogStream:
                     self.result = P.result(reply.task)
         return self._pending.popleft()
 
-    def close(self) -> None:
-        """Stops reading the stream (idempotent)."""
-        if self._rid is not None:
-            self._conn.forget(self._rid)
-            self._rid = None
 
-    def __enter__(self) -> "LogStream":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        self.close()
-
-
-class WatchStream:
+class WatchStream(_Stream):
     """An iterator of :class:`rok.WatchEvent`: first a snapshot (events
     with ``snapshot`` set, then one ``"snapshot_done"``), then each state
     change as rokd pushes it.  Watching ids, it ends once all have ended;
@@ -272,40 +289,17 @@ class WatchStream:
     it: the rest of the stream is then dropped as it arrives) or until the
     daemon stops."""
 
-    def __init__(self, conn: _Conn, rid: int) -> None:
-        self._conn = conn
-        self._rid: Optional[int] = rid
-
     def __iter__(self) -> "WatchStream":
         return self
 
     def __next__(self) -> WatchEvent:
         if self._rid is None:
             raise StopIteration
-        try:
-            reply = P.body(self._conn.recv(self._rid), "watch")
-            if reply.end:
-                self.close()
-                raise StopIteration
-            return P.watch_event(reply)
-        except BaseException:
+        reply = self._reply("watch")
+        if reply.end:
             self.close()
-            raise
-
-    def close(self) -> None:
-        """Stops reading the stream (idempotent)."""
-        if self._rid is not None:
-            self._conn.forget(self._rid)
-            self._rid = None
-
-    def __enter__(self) -> "WatchStream":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        self.close()
+            raise StopIteration
+        return P.watch_event(reply)
 
 
 class Client:
@@ -384,9 +378,10 @@ class Client:
         before the second, and so on; ``Result.run`` counts the runs and
         the outcome is the last run's.  Meanwhile the task is queued and
         ``Result.waiting`` says why."""
-        spec = _spec(args, kind, timeout, env, cwd, stdin, clean_env, retry,
-                     kill_grace, group, priority, after, after_any, at,
-                     delay, retry_failed, backoff)
+        spec = P.spawn_spec(args, kind, timeout, env, cwd, stdin,
+                            clean_env, retry, kill_grace, group, priority,
+                            after, after_any, at, delay, retry_failed,
+                            backoff)
         reply = self._conn.call(P.spawn(spec), "spawn")
         return Task(self, reply.id)
 
@@ -402,8 +397,8 @@ class Client:
         ``wait_timeout``, raises :class:`rok.TimedOut` when it passes; the
         task keeps running but its id is not known then (use ``spawn`` and
         ``join`` for that)."""
-        spec = _spec(args, kind, timeout, env, cwd, stdin, clean_env, retry,
-                     kill_grace, None, None, None)
+        spec = P.spawn_spec(args, kind, timeout, env, cwd, stdin,
+                            clean_env, retry, kill_grace)
         reply = self._conn.call(P.spawn(spec, True, wait_timeout), "spawn")
         return P.result(reply.task)
 
@@ -507,25 +502,6 @@ class Client:
         most recent; with neither, the daemon's retention.  Returns how
         many were deleted."""
         return self._conn.call(P.prune(older_than, keep), "prune").pruned
-
-
-def _spec(args: Sequence[StrOrBytes], kind: str,
-          timeout: Optional[Seconds],
-          env: Optional[Mapping[StrOrBytes, StrOrBytes]],
-          cwd: Optional[StrOrBytes], stdin: Optional[bytes],
-          clean_env: bool, retry: int, kill_grace: Optional[Seconds],
-          group: object, priority: object,
-          after: Optional[Iterable[object]],
-          after_any: Optional[Iterable[object]] = None,
-          at: Optional[object] = None, delay: Optional[Seconds] = None,
-          retry_failed: int = 0,
-          backoff: Optional[Seconds] = None) -> dict:
-    """The TaskSpec fields of spawn's arguments (shared with rok.aio)."""
-    kw = P.spec_fields(args, kind, timeout, env, clean_env, cwd, stdin,
-                       retry, kill_grace, group,  # type: ignore[arg-type]
-                       priority)  # type: ignore[arg-type]
-    return P.when_fields(kw, after, after_any, at, delay, retry_failed,
-                         backoff)
 
 
 def connect(socket: Optional[StrOrBytes] = None,

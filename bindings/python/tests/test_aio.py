@@ -290,3 +290,21 @@ def test_watch_async(rokd):
             assert await c.ping() >= 0
 
     asyncio.run(main())
+
+
+def test_a_watch_that_ends_gives_its_slot_back(make_rokd):
+    # A watch of ids ends once they have; the daemon no longer counts it
+    # against max_in_flight, and neither may the client, or three such
+    # watches would leave no slot for the ping.
+    d = make_rokd({"max_in_flight": "2"})
+
+    async def main():
+        async with rok.aio.connect(d.socket) as c:
+            t = await c.spawn(kind="noop")
+            await t.join()
+            for _ in range(3):
+                evs = [ev async for ev in c.watch([t])]
+                assert any(ev.kind == "state" and ev.id == t.id for ev in evs)
+            await asyncio.wait_for(c.ping(), 10)
+
+    run(main())

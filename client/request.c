@@ -440,6 +440,8 @@ int rok_client_send_group(rok_client *c, int op, const rok_group_spec *g,
 		body.parallel = g->parallel;
 		body.policy = (Rok__V1__GroupPolicy)g->policy;
 		body.backend = request_str(g->backend);
+		body.has_partition = g->partition != NULL;
+		body.partition = request_str(g->partition);
 		if (g->has_weights) {
 			memcpy(w, g->weights, sizeof(w));
 			body.weights = w;

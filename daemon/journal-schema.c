@@ -87,6 +87,9 @@ static const char *const journal_schema_steps[] = {
 	 * submitted: for people, and a restart adopts the job (its name
 	 * finds it) rather than submitting the task again.  NULL: none. */
 	"ALTER TABLE tasks ADD COLUMN slurm_job INTEGER;",
+	/* 5 -> 6.  A slurm group's partition (sbatch --partition; "": the
+	 * cluster's default), with the group's other settings. */
+	"ALTER TABLE groups ADD COLUMN partition TEXT NOT NULL DEFAULT '';",
 };
 
 _Static_assert(sizeof(journal_schema_steps) / sizeof(journal_schema_steps[0])

@@ -16,7 +16,7 @@
 /* "ROKJ": PRAGMA application_id of a rok journal. */
 #define JOURNAL_APPLICATION_ID 0x524f4b4a
 /* PRAGMA user_version this rokd writes (the last migration step). */
-#define JOURNAL_SCHEMA_VERSION 5
+#define JOURNAL_SCHEMA_VERSION 6
 
 /* ---- journal-schema.c (main thread, before the journal thread runs) --- */
 /*

@@ -166,6 +166,8 @@ void queue_waiting(const struct qticket *t, char *buf, size_t len);
 bool queue_group_exists(const uint8_t *name, size_t len);
 /* Whether the spec's group (empty: default) runs its tasks on Slurm. */
 bool queue_group_slurm(const TaskSpec *spec);
+/* The Slurm partition of the spec's group into buf ("": the default). */
+void queue_group_partition(const TaskSpec *spec, char *buf, size_t len);
 /* A spec's Priority as a class (QCLS_*, urgent 0 .. low 3), back, named. */
 int queue_class(int wire);
 int queue_wire_priority(int cls);

@@ -186,11 +186,13 @@ typedef struct rok_group {
 	rok_bytes name;
 	uint32_t parallel;         /* 0: no limit */
 	int policy;                /* enum rok_group_policy */
-	rok_bytes backend;         /* group replies: "local" */
+	rok_bytes backend;         /* group replies: "local" or "slurm" */
 	bool paused;
 	uint32_t weights[4];       /* group replies: urgent, high, normal, low */
 	uint32_t running;          /* stats: exec tasks holding its slots */
 	uint64_t queued[4];        /* stats: queued tasks by class */
+	rok_bytes partition;       /* group replies: slurm partition; empty:
+	                              the cluster's default */
 } rok_group;
 
 /* Group operations (rok.v1.GroupRequest.Op). */
@@ -212,6 +214,7 @@ typedef struct rok_group_spec {
 	const char *backend;       /* NULL: unchanged (add: "local") */
 	bool has_weights;
 	uint32_t weights[4];
+	const char *partition;     /* NULL: unchanged (add: none); "": none */
 } rok_group_spec;
 
 /*

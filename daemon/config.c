@@ -99,6 +99,7 @@ void config_free(struct config *c)
 	free(c->socket_group);
 	free(c->groups);
 	free(c->metrics_listen);
+	free(c->slurm_output_dir);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -224,6 +225,7 @@ static int config_set(struct config *c, const char *key, const char *v,
 		CFG_DNS("aging", aging_ns),
 		/* slurm groups */
 		CFG_D("slurm_poll_interval", slurm_poll_interval_ms),
+		CFG_S("slurm_output_dir", slurm_output_dir),
 #undef CFG_DNS
 #undef CFG_D
 #undef CFG_U

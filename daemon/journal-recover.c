@@ -56,10 +56,10 @@ static int journal_recover_int(sqlite3 *db, const char *sql, int64_t *v)
 	return rc;
 }
 
-/* Running tasks: retried or interrupted.  Counts into *retried, *lost. */
+/* Running tasks: retried, interrupted, or (slurm) queued again.  Counts
+ * into *retried, *lost. */
 static int journal_recover_running(sqlite3 *db, uint64_t now,
-                                   unsigned *retried, unsigned *lost,
-                                   unsigned *adopted)
+                                   unsigned *retried, unsigned *lost)
 {
 	sqlite3_stmt *sel, *upd;
 	int rc = sqlite3_prepare_v2(db, "SELECT id, spec, retries FROM tasks "
@@ -99,7 +99,6 @@ static int journal_recover_running(sqlite3 *db, uint64_t now,
 			sqlite3_bind_int64(upd, 3, retries);
 			sqlite3_bind_int64(upd, 4, 0);
 			sqlite3_bind_null(upd, 5);
-			(*adopted)++;
 		} else if (again) {
 			sqlite3_bind_int(upd, 2, RT_QUEUED);
 			sqlite3_bind_int64(upd, 3, retries + 1);
@@ -129,9 +128,10 @@ static int journal_recover_running(sqlite3 *db, uint64_t now,
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/* Queued tasks back into the table, started. */
+/* Queued tasks back into the table, started; *adopted: those with a
+ * journaled Slurm job. */
 static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
-                                  unsigned *bad)
+                                  unsigned *bad, unsigned *adopted)
 {
 	sqlite3_stmt *sel;
 	int rc = sqlite3_prepare_v2(db, "SELECT id, uid, spec, spawned_us, "
@@ -156,8 +156,12 @@ static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
 		else if (k->check(spec, why, sizeof(why)) == 0)
 			why[0] = '\0';   /* a failing check left its message */
 		int64_t job = sqlite3_column_int64(sel, 7);
-		if (job > 0 && job <= UINT32_MAX)
+		if (job > 0 && job <= UINT32_MAX) {
+			/* Running or still pending in Slurm (queued for rok):
+			 * its task adopts it (slurm.c). */
 			slurm_note_job(id, (uint32_t)job);
+			(*adopted)++;
+		}
 		struct rtask *r;
 		int err = tasktab_restore(id,
 		        (uid_t)sqlite3_column_int64(sel, 1), k != NULL ? k
@@ -339,8 +343,7 @@ int journal_recover(char *err, size_t len)
 		rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
 	}
 	if (rc == SQLITE_OK)
-		rc = journal_recover_running(db, now, &retried, &lost,
-		                             &adopted);
+		rc = journal_recover_running(db, now, &retried, &lost);
 	if (rc == SQLITE_OK)
 		rc = journal_recover_note(db, boot, groups, ngroups);
 	free(groups);
@@ -350,7 +353,8 @@ int journal_recover(char *err, size_t len)
 		(void)sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 		goto fail;
 	}
-	if ((rc = journal_recover_queued(db, &requeued, &bad)) != SQLITE_OK)
+	if ((rc = journal_recover_queued(db, &requeued, &bad, &adopted)) !=
+	    SQLITE_OK)
 		goto fail;
 	if (retried + lost + requeued + bad > 0 || max_row > 0)
 		log_info("journal: recovered: %u queued again (%u of them "

@@ -161,10 +161,11 @@ static const char *const journal_sql[JST_COUNT] = {
 	             "WHERE id = ?1 AND state < 3",
 	[JST_SLURM] = "UPDATE tasks SET slurm_job = ?2 WHERE id = ?1",
 	/* A failed run with retries left: queued again, its run's group
-	 * gone (the run ended, its processes with it). */
+	 * and Slurm job gone (the run ended, its processes with it): the
+	 * next run's job is a new one, never the failed one adopted. */
 	[JST_REQUEUE] = "UPDATE tasks SET state = 1, run = ?2, next_us = ?3, "
-	                "started_us = 0, pgid = NULL, pg_start = NULL "
-	                "WHERE id = ?1 AND state < 3",
+	                "started_us = 0, pgid = NULL, pg_start = NULL, "
+	                "slurm_job = NULL WHERE id = ?1 AND state < 3",
 };
 
 static struct {

@@ -63,7 +63,8 @@ static rok_poll runner_poll(rok_cx *cx, void *frame)
 	/* A task that holds a slot waits for it queued (queue.c). */
 	if (f->ticket != NULL)
 		ROK_AWAIT(cx, queue_await(cx, f->ticket, &f->grant_op));
-	tasktab_running(f->rec);
+	if (!f->kind->own_running)
+		tasktab_running(f->rec);
 	rok_future_init(&f->fut, f->kind->poll, f->body);
 	if (f->timeout_ns > 0 && !f->kind->own_timeout)
 		ROK_AWAIT(cx, rok_timeout(cx, &f->to, f->timeout_ns, &f->fut,

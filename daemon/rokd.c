@@ -419,8 +419,11 @@ int main(int argc, char **argv)
 		fatalx("exec tasks: %s/output: %s; refusing to start",
 		       config.state_dir, strerror(-err));
 	if ((err = slurm_watch_init()) < 0)
-		fatalx("slurm groups: %s/slurm: %s; refusing to start",
-		       config.state_dir, strerror(-err));
+		fatalx("slurm groups: %s: %s; refusing to start",
+		       config.slurm_output_dir != NULL ? config.slurm_output_dir
+		       : "<state_dir>/slurm", err == -EINVAL
+		       ? "slurm_output_dir must be an absolute path"
+		       : strerror(-err));
 	/* Before the socket: a port that cannot be bound stops rokd before
 	 * any client could connect. */
 	if (metrics_http_open(jerr, sizeof(jerr)) < 0)

@@ -90,6 +90,7 @@ struct config {
 	char *metrics_listen;       /* HOST:PORT for /metrics; NULL: off */
 	/* slurm groups (slurm*.c; read at start only) */
 	uint64_t slurm_poll_interval_ms; /* one squeue per interval */
+	char *slurm_output_dir;     /* jobs' stdout/stderr; NULL: state_dir/slurm */
 };
 
 extern struct config config;
@@ -299,6 +300,11 @@ void tasktab_reply(uint64_t id, const struct rt_reply *reply);
 
 /* The worker side of a kind: marks the task running / finished. */
 void tasktab_running(struct rtask *r);
+/* A kind with own_running, while its started task still waits (queued):
+ * why, for people (`waiting`; copied; NULL: none).  Any thread. */
+void tasktab_set_why(struct rtask *r, const char *why);
+/* Which run of r this is (1 = first): for its kind's init. */
+uint32_t tasktab_run(const struct rtask *r);
 /*
  * The end of a run.  A failed run (not cancelled nor timed out) of a gated
  * task with retry_failed runs left goes back to queued (run + 1) to wait
@@ -547,6 +553,10 @@ struct kind {
 	/* Its tasks hold resources (a process): each takes a slot of its
 	 * group (queue.c) before it runs.  Else it starts at once. */
 	bool slot;
+	/* The kind marks its task running itself (tasktab_running), when
+	 * its work really starts (a Slurm job: when Slurm runs it); until
+	 * then the task shows queued, waiting for tasktab_set_why's reason. */
+	bool own_running;
 };
 
 const struct kind *kind_find(const uint8_t *name, size_t len);

@@ -40,26 +40,47 @@ static struct {
 	bool started, stop;
 	pthread_t thread;
 	char tag[16];
-	char dir[400];              /* <state_dir>/slurm, absolute */
+	char dir[400];              /* slurm_output_dir, absolute */
 	int64_t interval_ms;
 } sw = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 #define SLURM_WATCH_OUT (4u << 20)   /* bytes of squeue output read */
 
+/* mkdir 0755 (whatever rokd's umask): each task's directory in it is its
+ * user's (slurm.c), whom slurmd must let through.  One that exists keeps
+ * the mode its owner gave it.  0 or -errno. */
+static int slurm_watch_mkdir(const char *path)
+{
+	if (mkdir(path, 0755) == 0)
+		return chmod(path, 0755) == 0 ? 0 : -errno;
+	return errno == EEXIST ? 0 : -errno;
+}
+
 int slurm_watch_init(void)
 {
-	char real[PATH_MAX];
+	char real[PATH_MAX], out[PATH_MAX];
+	int err;
 
 	/* Absolute: sbatch's paths are read on the node, from the job's
 	 * working directory. */
 	if (realpath(config.state_dir, real) == NULL)
 		return -errno;
-	if (snprintf(sw.dir, sizeof(sw.dir), "%s/slurm", real) >=
-	    (int)sizeof(sw.dir))
+	if (config.slurm_output_dir != NULL) {
+		if (config.slurm_output_dir[0] != '/')
+			return -EINVAL;
+		if ((err = slurm_watch_mkdir(config.slurm_output_dir)) < 0)
+			return err;
+		if (realpath(config.slurm_output_dir, out) == NULL)
+			return -errno;
+	} else {
+		if (snprintf(out, sizeof(out), "%s/slurm", real) >=
+		    (int)sizeof(out))
+			return -ENAMETOOLONG;
+		if ((err = slurm_watch_mkdir(out)) < 0)
+			return err;
+	}
+	if (snprintf(sw.dir, sizeof(sw.dir), "%s", out) >= (int)sizeof(sw.dir))
 		return -ENAMETOOLONG;
-	/* 0755: each task's directory in it is its user's (slurm.c). */
-	if (mkdir(sw.dir, 0755) != 0 && errno != EEXIST)
-		return -errno;
 	/* FNV-1a of the state directory: stable across restarts. */
 	uint32_t h = 2166136261u;
 	for (const char *p = real; *p; p++)
@@ -74,9 +95,10 @@ const char *slurm_watch_dir(void)
 	return sw.dir;
 }
 
-void slurm_watch_name(uint64_t id, char *buf, size_t len)
+void slurm_watch_name(uint64_t id, uint32_t run, char *buf, size_t len)
 {
-	snprintf(buf, len, "rok-%s-%llu", sw.tag, (unsigned long long)id);
+	snprintf(buf, len, "rok-%s-%llu-%u", sw.tag, (unsigned long long)id,
+	         run);
 }
 
 static int slurm_watch_state(const char *s)
@@ -129,9 +151,10 @@ static void slurm_watch_line(char *line, const char *prefix, size_t plen)
 	w->misses = -1;   /* seen in this query */
 	w->js.state = slurm_watch_state(f[1]);
 	w->js.status = (int)strtol(f[3], NULL, 10);
+	bool why = n == 5 && strcmp(f[4], "None") != 0;
 	snprintf(w->js.reason, sizeof(w->js.reason), "%s%s%s", f[1],
-	         n == 5 && strcmp(f[4], "None") != 0 ? ": " : "",
-	         n == 5 && strcmp(f[4], "None") != 0 ? f[4] : "");
+	         why ? ": " : "", why ? f[4] : "");
+	snprintf(w->js.why, sizeof(w->js.why), "%s", why ? f[4] : "");
 }
 
 /* squeue's argv into argv[10] (its strings are constant). */
@@ -264,13 +287,13 @@ void slurm_watch_get(uint32_t jobid, struct slurm_jobstate *js)
 	pthread_mutex_unlock(&sw.lock);
 }
 
-int64_t slurm_watch_lookup(uint64_t id)
+int64_t slurm_watch_lookup(uint64_t id, uint32_t run)
 {
 	char name[64], out[4096];
 
 	if (slurm_cmd_path("squeue") == NULL)
 		return -ENOENT;
-	slurm_watch_name(id, name, sizeof(name));
+	slurm_watch_name(id, run, name, sizeof(name));
 	char *argv[10];
 	int st = slurm_cmd_run(slurm_watch_argv(argv, name), NULL, NULL, NULL, out,
 	                       sizeof(out));

@@ -18,23 +18,36 @@
  * A task: kind_spawn hands an exec spec of a slurm group here.  Its body
  * submits the job on the blocking pool (as the task's user: rokd as root
  * submits with the submitter's uid, gid and groups; as a user, as itself),
- * named rok-TAG-ID (slurm-watch.c), with its stdout and stderr going to
- * <state_dir>/slurm/ID/{out,err} (a directory of the user's: slurmd
- * writes there as the user, so the state directory must be on a file
- * system the nodes share).  Then it wakes every slurm_poll_interval: it
- * copies what the two files gained into the task's output file
- * (exec-output.c), so `rokctl logs` and `logs -f` work as for local
- * tasks, and reads the job's state from the watcher's table.  cancel and
- * timeout: `scancel --full -s TERM` (a pending job: plain scancel), then
- * `scancel --full -s KILL` after the kill grace.
+ * named rok-TAG-ID-RUN (slurm-watch.c), in its group's partition if it
+ * has one, with its stdout and stderr going to <dir>/ID/{out,err} (dir:
+ * slurm_output_dir, by default <state_dir>/slurm; ID/ is the user's:
+ * slurmd writes there as the user, so dir must be on a file system the
+ * nodes share and, as root with other users' tasks, reachable by them;
+ * the state directory is private).  Then it wakes every
+ * slurm_poll_interval: it copies what the two files gained into the
+ * task's output file (exec-output.c), so `rokctl logs` and `logs -f` work
+ * as for local tasks, and reads the job's state from the watcher's table.
+ * The task shows queued (kind.own_running) until Slurm runs the job, its
+ * `waiting` saying why ("Slurm job 12: pending (Priority)"); RUNNING marks
+ * it running.  cancel and timeout: `scancel --full -s TERM` (a pending
+ * job: plain scancel), then `scancel --full -s KILL` after the kill grace.
  *
- * Crashes: the job id is journaled (tasks.slurm_job) and every job is
- * named after its task.  When rokd stops, its jobs run on (slurm_shutdown:
- * no scancel); at the next start, recovery queues the unfinished tasks of
- * slurm groups again (journal-recover.c), and a task with an id from
- * before the restart first asks squeue for a job of its name and adopts
- * it: a task is never submitted twice, and a job that ran meanwhile
- * reports its result.  Limit: slurmctld forgets finished jobs after
+ * slurmctld away: an sbatch that cannot reach it (slurm_unreachable) does
+ * not fail the task, which stays queued ("not submitted to Slurm yet")
+ * and tries again every interval until sbatch answers: an acknowledged
+ * spawn is never lost.  Each try after the first looks for a job of the
+ * run's name first, so a try whose answer was lost is not submitted
+ * twice.  Any other refusal (an unknown partition, a limit) fails the
+ * task with sbatch's message.
+ *
+ * Crashes: the job id is journaled (tasks.slurm_job; a retry clears it)
+ * and every job is named after its task and run.  When rokd stops, its
+ * jobs run on (slurm_shutdown: no scancel); at the next start, recovery
+ * queues the unfinished tasks of slurm groups again (journal-recover.c),
+ * and a task with an id from before the restart first asks squeue for a
+ * job of its run's name and adopts it: a run is never submitted twice, a
+ * job that ran meanwhile reports its result, and a retry never takes its
+ * failed run's job for its own.  Limit: slurmctld forgets finished jobs after
  * MinJobAge (no accounting is asked for); a task whose journaled job is
  * no longer known then fails with that reason rather than run twice.
  */
@@ -50,6 +63,7 @@
 #include <unistd.h>
 
 #include "exec.h"
+#include "group.h"
 #include "rok/blocking.h"
 #include "journal.h"
 #include "rokd.h"
@@ -70,16 +84,21 @@ enum { SLURM_PH_RUN, SLURM_PH_TERM, SLURM_PH_KILL };
 /* What the submission needs, owned by the blocking job that submits. */
 struct slurm_sub {
 	uint64_t id;
+	uint32_t run;
 	uid_t uid;
-	bool adopt;                 /* an id from before the restart */
+	bool adopt;                 /* look for the job first: an id from
+	                               before the restart, or a try again */
 	uint32_t known_job;         /* and its journaled job; 0: none */
 	char **argv, **env;
 	char *cwd;
 	uint32_t cpus;
 	uint64_t mem_mib, time_min;
+	char partition[GROUP_PARTITION_MAX]; /* its group's; "": default */
 	char dir[512];
 	/* Out. */
 	int64_t jobid;              /* > 0: submitted or adopted */
+	bool again;                 /* not submitted, for now: slurmctld
+	                               could not be reached */
 	char reason[200];
 };
 
@@ -91,6 +110,9 @@ struct slurm_job {
 	rok_join_op join;
 	uint32_t jobid;
 	char dir[512];
+	char why[200];              /* what `waiting` shows now */
+	bool running;               /* marked running (tasktab_running) */
+	bool warned;                /* logged that slurmctld is away */
 	int fd[2];                  /* out, err; -1: not open yet */
 	struct exec_out out;
 	int64_t timeout_ns, grace_ns, to_deadline, grace_deadline;
@@ -189,29 +211,58 @@ static char *slurm_script(char **argv)
 	return s;
 }
 
+/*
+ * Whether sbatch's message says slurmctld could not be reached (down,
+ * restarting, a timeout): then the task waits and tries again, and is
+ * never failed for it.  Any other refusal (an unknown partition, a limit)
+ * is final.  A timeout may hide a job that was made: the next try looks
+ * for it first (slurm_sub.adopt).  Slurm's messages, from slurm_strerror.
+ */
+static bool slurm_unreachable(const char *out)
+{
+	static const char *const says[] = {
+		"Unable to contact slurm controller",
+		"Communication connection failure",
+		"Communication send failure",
+		"Communication receive failure",
+		"Socket timed out",
+		"Zero Bytes were transmitted or received",
+		"backup controller in standby mode",
+		"Resource temporarily unavailable",
+	};
+	for (size_t i = 0; i < sizeof(says) / sizeof(says[0]); i++)
+		if (strstr(out, says[i]) != NULL)
+			return true;
+	return false;
+}
+
 static void *slurm_submit_main(void *arg)
 {
 	struct slurm_sub *s = arg;
 	struct exec_user u = { 0 };
 	bool as_user = config.root && s->uid != 0;
 	char name[64], out[4096], opath[600], epath[600];
-	char cpus[32], mem[40], tim[40];
+	char cpus[32], mem[40], tim[40], part[80];
 	char *script = NULL, **env = NULL;
 	int err;
 
-	slurm_watch_name(s->id, name, sizeof(name));
+	s->again = false;
+	s->reason[0] = '\0';
+	slurm_watch_name(s->id, s->run, name, sizeof(name));
 	if (slurm_cmd_path("sbatch") == NULL) {
 		snprintf(s->reason, sizeof(s->reason), "sbatch is not installed");
 		return s;
 	}
 	if (s->adopt) {
-		/* Submitted before rokd stopped?  Then that job is this
-		 * task's: adopted, never submitted again. */
-		int64_t j = slurm_watch_lookup(s->id);
+		/* Submitted before rokd stopped, or by a try whose answer
+		 * was lost?  Then that job is this run's: adopted, never
+		 * submitted again. */
+		int64_t j = slurm_watch_lookup(s->id, s->run);
 		if (j < 0) {
 			snprintf(s->reason, sizeof(s->reason), "squeue failed "
 			         "(is slurmctld up?): cannot tell whether job "
-			         "%s was submitted before rokd restarted", name);
+			         "%s was submitted", name);
+			s->again = true;
 			return s;
 		}
 		if (j > 0) {
@@ -291,6 +342,10 @@ static void *slurm_submit_main(void *arg)
 		         (unsigned long long)s->time_min);
 		argv[k++] = tim;
 	}
+	if (s->partition[0] != '\0') {
+		snprintf(part, sizeof(part), "--partition=%s", s->partition);
+		argv[k++] = part;
+	}
 	argv[k] = NULL;
 	int st = slurm_cmd_run(argv, env, as_user ? &u : NULL, script, out,
 	                       sizeof(out));
@@ -309,6 +364,7 @@ static void *slurm_submit_main(void *arg)
 		else
 			snprintf(s->reason, sizeof(s->reason), "sbatch "
 			         "failed (%d): %.160s", st, out);
+		s->again = st < 0 || slurm_unreachable(out);
 	}
 out:
 	free(env);
@@ -396,6 +452,7 @@ static void slurm_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 	}
 	j->rec = r;
 	j->id = s->id = tasktab_id(r);
+	s->run = tasktab_run(r);
 	s->uid = tasktab_uid(r);
 	s->adopt = j->id < slurm_first_new_id;
 	if (s->adopt)
@@ -405,6 +462,7 @@ static void slurm_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 	if (spec->cwd.len > 0)
 		s->cwd = exec_args_strndup(&spec->cwd);
 	s->cpus = spec->cpus;
+	queue_group_partition(spec, s->partition, sizeof(s->partition));
 	s->mem_mib = spec->mem_mib;
 	s->time_min = spec->time_limit_ms / 60000 +
 	              (spec->time_limit_ms % 60000 != 0);
@@ -470,6 +528,38 @@ static bool slurm_ended(int state)
 	return state >= SLURM_COMPLETED;
 }
 
+/* What the task's `waiting` shows, when it changes (one table lock). */
+static void slurm_set_why(struct slurm_job *j, const char *why)
+{
+	if (strcmp(j->why, why) == 0)
+		return;
+	snprintf(j->why, sizeof(j->why), "%s", why);
+	tasktab_set_why(j->rec, why);
+}
+
+/* After each look at the job: RUNNING marks the task running (once);
+ * before that it is queued, waiting for Slurm, which says why. */
+static void slurm_show(struct slurm_job *j)
+{
+	char why[sizeof(j->why)];
+
+	if (j->running)
+		return;
+	if (j->js.state == SLURM_RUNNING) {
+		j->running = true;
+		tasktab_set_why(j->rec, NULL);
+		tasktab_running(j->rec);
+		return;
+	}
+	if (j->js.state == SLURM_PENDING)
+		snprintf(why, sizeof(why), "Slurm job %u: pending%s%s%s",
+		         j->jobid, j->js.why[0] != '\0' ? " (" : "", j->js.why,
+		         j->js.why[0] != '\0' ? ")" : "");
+	else
+		snprintf(why, sizeof(why), "Slurm job %u: submitted", j->jobid);
+	slurm_set_why(j, why);
+}
+
 static rok_poll slurm_poll(rok_cx *cx, void *frame)
 {
 	struct slurm_frame *f = frame;
@@ -488,29 +578,58 @@ static rok_poll slurm_poll(rok_cx *cx, void *frame)
 	exec_out_forget(j->id);
 	if (j->timeout_ns > 0)
 		j->to_deadline = rok_deadline(j->timeout_ns);
-	if ((err = rok_spawn_blocking(&j->submit, slurm_submit_main,
-	                              j->sub)) < 0) {
-		slurm_fail(j, "could not submit: %s", strerror(-err));
-		ROK_RETURN(cx, NULL);
-	}
-	j->sub = NULL;   /* the blocking job's now */
-	ROK_AWAIT(cx, rok_join_err(cx, &j->join, j->submit, &v, &err));
-	{
-		struct slurm_sub *s = v;
+	slurm_set_why(j, "submitting to Slurm");
+	/* Until sbatch answers with a job: a slurmctld that cannot be
+	 * reached leaves the task queued, tried again every interval (an
+	 * acknowledged spawn is never lost); any other refusal fails it. */
+	for (;;) {
+		if ((err = rok_spawn_blocking(&j->submit, slurm_submit_main,
+		                              j->sub)) < 0) {
+			slurm_fail(j, "could not submit: %s", strerror(-err));
+			ROK_RETURN(cx, NULL);
+		}
+		j->sub = NULL;   /* the blocking job's now */
+		ROK_AWAIT(cx, rok_join_err(cx, &j->join, j->submit, &v, &err));
 		rok_task_unref(j->submit);
 		j->submit = NULL;
-		if (s == NULL) {
+		if ((j->sub = v) == NULL) {
 			slurm_fail(j, "the submission ended without an answer");
 			ROK_RETURN(cx, NULL);
 		}
-		if (s->jobid <= 0)
-			slurm_fail(j, "%s", s->reason);
-		else
-			j->jobid = (uint32_t)s->jobid;
-		slurm_sub_free(s);
+		if (j->sub->jobid > 0) {
+			j->jobid = (uint32_t)j->sub->jobid;
+			break;
+		}
+		if (!j->sub->again) {
+			slurm_fail(j, "%s", j->sub->reason);
+			ROK_RETURN(cx, NULL);
+		}
+		if (!j->warned) {
+			log_warnx("task %llu: not submitted yet, tried again "
+			          "every %llu ms: %s", (unsigned long long)j->id,
+			          (unsigned long long)config.slurm_poll_interval_ms,
+			          j->sub->reason);
+			j->warned = true;
+		}
+		{
+			char why[sizeof(j->why)];
+			snprintf(why, sizeof(why), "not submitted to Slurm yet "
+			         "(tried again): %.120s", j->sub->reason);
+			slurm_set_why(j, why);
+		}
+		j->sub->adopt = true;   /* the try may have reached it */
+		j->sub->known_job = 0;
+		ROK_AWAIT(cx, rok_sleep(cx, &j->sleep,
+		          (int64_t)config.slurm_poll_interval_ms * 1000000));
+		if (j->timeout_ns > 0 && rok_now() >= j->to_deadline) {
+			j->end_how = RT_TIMED_OUT;
+			snprintf(j->reason, sizeof(j->reason), "never submitted "
+			         "to Slurm: %.150s", j->sub->reason);
+			ROK_RETURN(cx, NULL);
+		}
 	}
-	if (j->failed)
-		ROK_RETURN(cx, NULL);
+	slurm_sub_free(j->sub);
+	j->sub = NULL;
 	journal_slurm_job(j->id, j->jobid);
 	if ((err = slurm_watch_add(j->jobid)) < 0) {
 		slurm_fail(j, "watching job %u: %s", j->jobid, strerror(-err));
@@ -520,6 +639,7 @@ static rok_poll slurm_poll(rok_cx *cx, void *frame)
 	}
 	tasktab_set_ctl(j->rec, j);
 	for (;;) {
+		slurm_show(j);
 		ROK_AWAIT(cx, rok_sleep(cx, &j->sleep,
 		          (int64_t)config.slurm_poll_interval_ms * 1000000));
 		slurm_tail(j);
@@ -544,6 +664,13 @@ static rok_poll slurm_poll(rok_cx *cx, void *frame)
 			j->phase = SLURM_PH_KILL;
 			slurm_scancel(j->jobid, NULL, NULL);
 		}
+	}
+	/* A job that ran (and was not cancelled while it waited) counts as
+	 * started, even if no query saw it RUNNING. */
+	if (j->js.state != SLURM_CANCELLED && j->js.state != SLURM_GONE &&
+	    !j->running) {
+		j->running = true;
+		tasktab_running(j->rec);
 	}
 	slurm_tail(j);
 	ROK_CLEANUP(cx);
@@ -627,7 +754,10 @@ static void slurm_finish(void *frame, int how, struct rt_outcome *o)
 			o->state = RT_TIMED_OUT;
 		else
 			o->state = RT_FAILED;
-		if (o->state != RT_SUCCEEDED)
+		if (j->jobid == 0)
+			snprintf(o->reason, sizeof(o->reason), "%.*s",
+			         (int)sizeof(o->reason) - 1, j->reason);
+		else if (o->state != RT_SUCCEEDED)
 			snprintf(o->reason, sizeof(o->reason), "Slurm job %u: %s",
 			         j->jobid, j->js.reason);
 	}
@@ -645,4 +775,5 @@ const struct kind kind_slurm = {
 	.cancel = slurm_cancel,
 	.own_timeout = true,
 	.slot = true,
+	.own_running = true,
 };

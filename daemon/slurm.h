@@ -45,25 +45,28 @@ struct slurm_jobstate {
 	int state;
 	int status;                 /* wait status (squeue's exit_code) */
 	char reason[64];            /* Slurm's state and reason, for people */
+	char why[48];               /* Slurm's reason alone ("" for None) */
 };
 
 /* Main thread, at start: the job-name tag of this rokd (from its state
- * directory), the poll interval, and <state_dir>/slurm made: 0 or
- * -errno. */
+ * directory), the poll interval, and the output directory made
+ * (slurm_output_dir, or <state_dir>/slurm): 0 or -errno (-EINVAL: not an
+ * absolute path). */
 int slurm_watch_init(void);
-/* <state_dir>/slurm, absolute (borrowed). */
+/* The output directory, absolute (borrowed). */
 const char *slurm_watch_dir(void);
-/* The job name of task `id`: "rok-TAG-ID". */
-void slurm_watch_name(uint64_t id, char *buf, size_t len);
+/* The job name of run `run` of task `id`: "rok-TAG-ID-RUN".  The run in
+ * it keeps a retry (retry_failed) from adopting its failed run's job. */
+void slurm_watch_name(uint64_t id, uint32_t run, char *buf, size_t len);
 /* Any thread: watch job `jobid` (starts the watcher thread on first use):
  * 0 or -errno. */
 int slurm_watch_add(uint32_t jobid);
 void slurm_watch_remove(uint32_t jobid);
 /* Any thread: what the last query saw of jobid. */
 void slurm_watch_get(uint32_t jobid, struct slurm_jobstate *js);
-/* Blocking: the job id of task `id`'s job if slurmctld knows one (0:
- * none), or -errno when squeue failed. */
-int64_t slurm_watch_lookup(uint64_t id);
+/* Blocking: the job id of run `run` of task `id` if slurmctld knows one
+ * (0: none), or -errno when squeue failed. */
+int64_t slurm_watch_lookup(uint64_t id, uint32_t run);
 /* Main thread, at the very end (before rok_stop): ends the watcher. */
 void slurm_watch_stop(void);
 

@@ -23,8 +23,7 @@ static const struct rokctl_opt group_opts[] = {
 	  "add, set: strict (default) or weighted" },
 	{ KEY_BACKEND, 0, "backend", "BACKEND", "add, set: local or slurm" },
 	{ KEY_PARTITION, 0, "partition", "P",
-	  "add, set: the Slurm partition of a slurm group's jobs (\"\": the\n"
-	  "cluster's default)" },
+	  "add, set: a slurm group's Slurm partition (\"\": the default)" },
 	{ KEY_WEIGHTS, 0, "weights", "U,H,N,L",
 	  "add, set: weighted shares of urgent,high,normal,low (1..1000)" },
 	{ KEY_NONE, 0, NULL, NULL, NULL }

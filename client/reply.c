@@ -257,6 +257,7 @@ static void reply_groups(struct reply_box *b, Rok__V1__GroupInfo *const *gi,
 			g[i].parallel = gi[i]->parallel;
 			g[i].policy = (int)gi[i]->policy;
 			g[i].backend = reply_bytes(b, gi[i]->backend);
+			g[i].partition = reply_bytes(b, gi[i]->partition);
 			g[i].paused = gi[i]->paused;
 			for (size_t k = 0; k < 4 && k < gi[i]->n_weights; k++)
 				g[i].weights[k] = gi[i]->weights[k];
@@ -265,6 +266,7 @@ static void reply_groups(struct reply_box *b, Rok__V1__GroupInfo *const *gi,
 			g[i].parallel = gs[i]->parallel;
 			g[i].policy = (int)gs[i]->policy;
 			g[i].backend = (rok_bytes){ reply_empty, 0 };
+			g[i].partition = (rok_bytes){ reply_empty, 0 };
 			g[i].paused = gs[i]->paused;
 			g[i].running = gs[i]->running;
 			for (size_t k = 0; k < 4 && k < gs[i]->n_queued; k++)

@@ -95,6 +95,9 @@ static int request_spec(const rok_spec *spec, Rok__V1__TaskSpec *m,
 	m->not_before_us = spec->not_before_us;
 	m->retry_failed = spec->retry_failed;
 	m->backoff_ms = spec->backoff_ms;
+	m->cpus = spec->cpus;
+	m->mem_mib = spec->mem_mib;
+	m->time_limit_ms = spec->time_limit_ms;
 	*bufs = v;
 	return 0;
 }
@@ -437,6 +440,8 @@ int rok_client_send_group(rok_client *c, int op, const rok_group_spec *g,
 		body.parallel = g->parallel;
 		body.policy = (Rok__V1__GroupPolicy)g->policy;
 		body.backend = request_str(g->backend);
+		body.has_partition = g->partition != NULL;
+		body.partition = request_str(g->partition);
 		if (g->has_weights) {
 			memcpy(w, g->weights, sizeof(w));
 			body.weights = w;

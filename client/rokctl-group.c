@@ -1,12 +1,12 @@
 /*
  * rokctl-group.c — `rokctl group list|add|set|rm|pause|resume [NAME]
- * [--parallel N] [--policy strict|weighted] [--backend local]
- * [--weights U,H,N,L]`: the daemon's groups (DESIGN §3).
+ * [--parallel N] [--policy strict|weighted] [--backend local|slurm]
+ * [--partition P] [--weights U,H,N,L]`: the daemon's groups (DESIGN §3).
  *
  * The options may come before the operation or after NAME (`group add
  * build --parallel 2`, as DESIGN writes it): rokctl's parser stops at the
  * first operand, so those after it are read here.  list prints a table
- * (NAME PARALLEL POLICY BACKEND STATE WEIGHTS) or one JSON object per
+ * (NAME PARALLEL POLICY BACKEND STATE WEIGHTS PARTITION) or one JSON object per
  * group; the other operations print the group as it is now the same way
  * (rm prints nothing).  Managing is for root and the daemon's own user.
  */
@@ -21,7 +21,9 @@ static const struct rokctl_opt group_opts[] = {
 	  "add, set: tasks running at once (0: no limit)" },
 	{ KEY_POLICY, 0, "policy", "POLICY",
 	  "add, set: strict (default) or weighted" },
-	{ KEY_BACKEND, 0, "backend", "BACKEND", "add, set: local" },
+	{ KEY_BACKEND, 0, "backend", "BACKEND", "add, set: local or slurm" },
+	{ KEY_PARTITION, 0, "partition", "P",
+	  "add, set: a slurm group's Slurm partition (\"\": the default)" },
 	{ KEY_WEIGHTS, 0, "weights", "U,H,N,L",
 	  "add, set: weighted shares of urgent,high,normal,low (1..1000)" },
 	{ KEY_NONE, 0, NULL, NULL, NULL }
@@ -66,13 +68,8 @@ static int group_trailing(struct rokctl *ctx, int argc, char **argv,
 		memcpy(name, s + 2, n);
 		name[n] = '\0';
 		int key = group_key(name);
-		if (key == KEY_NONE) {
-			if (strcmp(name, "partition") == 0)
-				return rokctl_usage(ctx, "--partition is for "
-						    "slurm groups, which this "
-						    "rokd does not have yet");
+		if (key == KEY_NONE)
 			return rokctl_usage(ctx, "unknown option '%s'", s);
-		}
 		if (eq != NULL)
 			val = eq + 1;
 		else if (i + 1 < argc)
@@ -103,14 +100,9 @@ static int group_spec(struct rokctl *ctx, const struct group_vals *v,
 	    (g->policy = rok_policy_parse(v->val[KEY_POLICY])) < 0)
 		return rokctl_usage(ctx, "--policy wants strict or weighted, "
 				    "not '%s'", v->val[KEY_POLICY]);
-	if (v->val[KEY_BACKEND] != NULL) {
-		if (strcmp(v->val[KEY_BACKEND], "slurm") == 0)
-			return rokctl_err(ctx, ROKCTL_EXIT_USAGE, "--backend "
-					  "slurm is not available yet: this "
-					  "rokd runs groups on the local "
-					  "machine only (--backend local)");
+	if (v->val[KEY_BACKEND] != NULL)
 		g->backend = v->val[KEY_BACKEND];
-	}
+	g->partition = v->val[KEY_PARTITION];   /* NULL: unchanged */
 	if (v->val[KEY_WEIGHTS] != NULL) {
 		const char *p = v->val[KEY_WEIGHTS];
 		for (int c = 0; c < 4; c++) {
@@ -159,7 +151,8 @@ static int group_exec(struct rokctl *ctx, const struct rokctl_args *a)
 			return rc;
 	}
 	bool opts = v.val[KEY_PARALLEL] != NULL || v.val[KEY_POLICY] != NULL ||
-		    v.val[KEY_BACKEND] != NULL || v.val[KEY_WEIGHTS] != NULL;
+		    v.val[KEY_BACKEND] != NULL || v.val[KEY_WEIGHTS] != NULL ||
+		    v.val[KEY_PARTITION] != NULL;
 	if (opts && op != ROK_GROUP_ADD && op != ROK_GROUP_SET)
 		return rokctl_usage(ctx, "only add and set take options");
 	if (op == ROK_GROUP_SET && !opts)
@@ -189,8 +182,10 @@ const struct rokctl_cmd rokctl_cmd_group = {
 	           "the slots by --weights) and fairly between users.  The\n"
 	           "group default always exists.  pause stops new starts (the\n"
 	           "running tasks go on); rm refuses a group with queued or\n"
-	           "running tasks.  Everyone may list; root and the daemon's\n"
-	           "own user manage.  Changes are kept across restarts.\n",
+	           "running tasks.  A group --backend slurm runs its exec\n"
+	           "tasks as Slurm batch jobs, in its --partition if given.\n"
+	           "Everyone may list; root and the daemon's own user manage.\n"
+	           "Changes are kept across restarts.\n",
 	.opts = group_opts,
 	.min_args = 1,
 	.max_args = -1,

@@ -482,8 +482,9 @@ void print_stats(struct rokctl *ctx, const rok_daemon_stats *s,
 void print_groups(struct rokctl *ctx, const rok_group *g, size_t n)
 {
 	if (!ctx->json)
-		printf("%-16s %8s  %-8s  %-7s  %-6s  %s\n", "NAME", "PARALLEL",
-		       "POLICY", "BACKEND", "STATE", "WEIGHTS");
+		printf("%-16s %8s  %-8s  %-7s  %-6s  %-15s  %s\n", "NAME",
+		       "PARALLEL", "POLICY", "BACKEND", "STATE", "WEIGHTS",
+		       "PARTITION");
 	for (size_t i = 0; i < n; i++) {
 		char w[64];
 
@@ -499,6 +500,8 @@ void print_groups(struct rokctl *ctx, const rok_group *g, size_t n)
 			json_bytes(&o, "backend", g[i].backend.data,
 				   g[i].backend.len);
 			json_bool(&o, "paused", g[i].paused);
+			json_bytes(&o, "partition", g[i].partition.data,
+				   g[i].partition.len);
 			json_key(&o, "weights");
 			printf("[%u,%u,%u,%u]", g[i].weights[0],
 			       g[i].weights[1], g[i].weights[2],
@@ -506,10 +509,13 @@ void print_groups(struct rokctl *ctx, const rok_group *g, size_t n)
 			json_end(&o);
 			continue;
 		}
-		printf("%-16s %8u  %-8s  %-7s  %-6s  %s\n",
+		printf("%-16s %8u  %-8s  %-7s  %-6s  %-15s  %.*s\n",
 		       (const char *)g[i].name.data, g[i].parallel,
 		       rok_policy_name(g[i].policy),
 		       (const char *)g[i].backend.data,
-		       g[i].paused ? "paused" : "active", w);
+		       g[i].paused ? "paused" : "active", w,
+		       g[i].partition.len > 0 ? (int)g[i].partition.len : 1,
+		       g[i].partition.len > 0
+		       ? (const char *)g[i].partition.data : "-");
 	}
 }

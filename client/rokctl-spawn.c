@@ -72,6 +72,11 @@ static const struct rokctl_opt spawn_opts[] = {
 	  "run again up to N times after a failure" },
 	{ KEY_BACKOFF, 0, "backoff", "DURATION",
 	  "wait DURATION, 2x, 4x... before each retry" },
+	{ KEY_CPUS, 0, "cpus", "N", "slurm group: CPUs of the job" },
+	{ KEY_MEM, 0, "mem", "SIZE",
+	  "slurm group: memory of the job (MiB, or K/M/G/T suffix)" },
+	{ KEY_TIME, 0, "time", "DURATION",
+	  "slurm group: the job's time limit (Slurm's; timed_out)" },
 	{ KEY_NONE, 0, NULL, NULL, NULL }
 };
 
@@ -387,6 +392,46 @@ static int spawn_when(struct rokctl *ctx, const struct rokctl_args *a,
 	return rokctl_duration(ctx, a, KEY_BACKOFF, 0, &sp->spec.backoff_ms);
 }
 
+/* --cpus, --mem, --time (a slurm group's job; the daemon checks). */
+static int spawn_slurm(struct rokctl *ctx, const struct rokctl_args *a,
+		       struct spawn *sp)
+{
+	char *end;
+	unsigned long long n;
+
+	if (a->seen[KEY_CPUS]) {
+		errno = 0;
+		n = strtoull(a->val[KEY_CPUS], &end, 10);
+		if (errno != 0 || *end != '\0' || end == a->val[KEY_CPUS] ||
+		    a->val[KEY_CPUS][0] == '-' || n == 0 || n > UINT32_MAX)
+			return rokctl_usage(ctx, "--cpus wants a count, not '%s'",
+					    a->val[KEY_CPUS]);
+		sp->spec.cpus = (uint32_t)n;
+	}
+	if (a->seen[KEY_MEM]) {
+		const char *v = a->val[KEY_MEM];
+		unsigned shift = 0;   /* MiB to MiB */
+		errno = 0;
+		n = strtoull(v, &end, 10);
+		if (*end == 'K' || *end == 'k')
+			shift = 1;    /* rounded up below */
+		else if (*end == 'G' || *end == 'g')
+			shift = 10;
+		else if (*end == 'T' || *end == 't')
+			shift = 20;
+		else if (*end != 'M' && *end != 'm' && *end != '\0')
+			shift = 99;
+		if (*end != '\0')
+			end++;
+		if (errno != 0 || *end != '\0' || end == v || v[0] == '-' ||
+		    n == 0 || shift == 99 || n > (1ull << 30))
+			return rokctl_usage(ctx, "--mem wants a size such as 512M "
+					    "or 4G, not '%s'", v);
+		sp->spec.mem_mib = shift == 1 ? (n + 1023) / 1024 : n << shift;
+	}
+	return rokctl_duration(ctx, a, KEY_TIME, 0, &sp->spec.time_limit_ms);
+}
+
 /* Builds sp->spec from the command line; an exit status. */
 static int spawn_build(struct rokctl *ctx, const struct rokctl_args *a,
 		       struct spawn *sp)
@@ -469,7 +514,10 @@ static int spawn_build(struct rokctl *ctx, const struct rokctl_args *a,
 	    (sp->spec.priority = rok_priority_parse(a->val[KEY_PRIORITY])) < 0)
 		return rokctl_usage(ctx, "--priority wants urgent, high, normal "
 				    "or low, not '%s'", a->val[KEY_PRIORITY]);
-	return spawn_when(ctx, a, sp);
+	rc = spawn_when(ctx, a, sp);
+	if (rc == ROKCTL_EXIT_OK)
+		rc = spawn_slurm(ctx, a, sp);
+	return rc;
 }
 
 /* Prints a waited-for task and returns its exit status. */

@@ -78,6 +78,8 @@ static void cmd_group_overlay(struct group_settings *s,
 		memcpy(s->weights, req->weights, sizeof(s->weights));
 	if (req->has_backend)
 		memcpy(s->backend, req->backend, sizeof(s->backend));
+	if (req->has_partition)
+		memcpy(s->partition, req->partition, sizeof(s->partition));
 	if (req->has_paused)
 		s->paused = req->paused;
 }
@@ -105,7 +107,8 @@ static int cmd_group_decide(struct group_job *j, struct group_settings *row,
 		*row = (struct group_settings){
 			.has_parallel = true, .has_policy = true,
 			.has_weights = true, .has_backend = true,
-			.has_paused = true, .policy = QPOLICY_STRICT,
+			.has_paused = true, .has_partition = true,
+			.policy = QPOLICY_STRICT,
 		};
 		memcpy(row->weights, qcore_default_weights,
 		       sizeof(row->weights));
@@ -223,6 +226,18 @@ static int cmd_group_settings(const Rok__V1__GroupRequest *gr,
 		}
 		memcpy(s->backend, gr->backend.data, gr->backend.len);
 		s->has_backend = true;
+	}
+	if (gr->has_partition) {
+		if (gr->partition.len >= sizeof(s->partition) ||
+		    memchr(gr->partition.data, '\0', gr->partition.len) != NULL) {
+			snprintf(err, len, "partition: at most %d of A-Z a-z "
+			         "0-9 _ . - ,", GROUP_PARTITION_MAX - 1);
+			return -1;
+		}
+		if (gr->partition.len > 0)
+			memcpy(s->partition, gr->partition.data,
+			       gr->partition.len);
+		s->has_partition = true;
 	}
 	if (gr->n_weights > 0) {
 		if (gr->n_weights != QCLS_N) {

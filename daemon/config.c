@@ -82,6 +82,7 @@ void config_defaults(struct config *c)
 	c->watch_lag_max = 16384;
 	c->max_task_output = 64ull << 20;
 	c->kill_grace_ms = 5000;
+	c->slurm_poll_interval_ms = 1000;
 	/* journal */
 	c->durability_full = true;
 	c->keep_finished = 1000000;
@@ -98,6 +99,7 @@ void config_free(struct config *c)
 	free(c->socket_group);
 	free(c->groups);
 	free(c->metrics_listen);
+	free(c->slurm_output_dir);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -221,6 +223,9 @@ static int config_set(struct config *c, const char *key, const char *v,
 		CFG_DNS("keep_finished_for", keep_finished_for_ns),
 		/* scheduling */
 		CFG_DNS("aging", aging_ns),
+		/* slurm groups */
+		CFG_D("slurm_poll_interval", slurm_poll_interval_ms),
+		CFG_S("slurm_output_dir", slurm_output_dir),
 #undef CFG_DNS
 #undef CFG_D
 #undef CFG_U

@@ -9,11 +9,11 @@
  * exists: parallel = online CPUs unless rokd.conf says otherwise.
  *
  * rokd.conf: `group.NAME.KEY = VALUE`, KEY one of parallel, policy,
- * weights, backend, paused (etc/rokd.conf, rokd.conf(5)); the scheduling
- * keys `aging` and `nice_CLASS` are read here too.
+ * weights, backend, partition, paused (etc/rokd.conf, rokd.conf(5)); the
+ * scheduling keys `aging` and `nice_CLASS` are read here too.
  *
- * Persistence: the journal's `groups` table (schema version 4,
- * journal-schema.c) holds one row per
+ * Persistence: the journal's `groups` table (schema version 4, partition
+ * since 6; journal-schema.c) holds one row per
  * group that a GroupRequest added or changed, with all its settings.  At
  * start the groups of rokd.conf are made first, then every row is applied
  * on top (a row wins over rokd.conf: it is the newer word).  `group rm`
@@ -110,6 +110,9 @@ void group_apply(struct group *g, const struct group_settings *s)
 		memcpy(g->q.weights, s->weights, sizeof(g->q.weights));
 	if (s->has_backend)
 		snprintf(g->backend, sizeof(g->backend), "%s", s->backend);
+	if (s->has_partition)
+		snprintf(g->partition, sizeof(g->partition), "%s",
+		         s->partition);
 	if (s->has_paused)
 		g->q.paused = s->paused;
 }
@@ -118,25 +121,41 @@ void group_settings_of(const struct group *g, struct group_settings *s)
 {
 	*s = (struct group_settings){
 		.has_parallel = true, .has_policy = true, .has_weights = true,
-		.has_backend = true, .has_paused = true,
+		.has_backend = true, .has_paused = true, .has_partition = true,
 		.parallel = g->q.parallel, .policy = g->q.policy,
 		.paused = g->q.paused,
 	};
 	memcpy(s->weights, g->q.weights, sizeof(s->weights));
 	snprintf(s->backend, sizeof(s->backend), "%s", g->backend);
+	snprintf(s->partition, sizeof(s->partition), "%s", g->partition);
+}
+
+/* Slurm's partition names, and sbatch's comma between several: nothing
+ * an sbatch argument could misread (no '=', no space, no leading '-'). */
+static bool group_partition_ok(const char *p)
+{
+	if (p[0] == '-' || p[0] == ',')
+		return false;
+	for (; *p != '\0'; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		      (*p >= '0' && *p <= '9') || *p == '_' || *p == '-' ||
+		      *p == '.' || *p == ','))
+			return false;
+	return true;
 }
 
 int group_settings_check(const struct group_settings *s, char *err,
                          size_t len)
 {
-	if (s->has_backend && strcmp(s->backend, "local") != 0) {
-		if (strcmp(s->backend, "slurm") == 0)
-			snprintf(err, len, "backend slurm is not available yet: "
-			         "this rokd runs groups on the local machine only "
-			         "(backend local)");
-		else
-			snprintf(err, len, "unknown backend \"%s\" (local)",
-			         s->backend);
+	if (s->has_backend && strcmp(s->backend, "local") != 0 &&
+	    strcmp(s->backend, "slurm") != 0) {
+		snprintf(err, len, "unknown backend \"%s\" (local, slurm)",
+		         s->backend);
+		return -1;
+	}
+	if (s->has_partition && !group_partition_ok(s->partition)) {
+		snprintf(err, len, "partition \"%s\": at most %d of A-Z a-z "
+		         "0-9 _ . - ,", s->partition, GROUP_PARTITION_MAX - 1);
 		return -1;
 	}
 	if (s->has_policy && s->policy != QPOLICY_STRICT &&
@@ -288,6 +307,16 @@ int group_config_set(struct config *c, const char *key, const char *v,
 		s->has_backend = true;
 		if (group_settings_check(s, err, len) < 0)
 			return -1;
+	} else if (strcmp(k, "partition") == 0) {
+		if (strlen(v) >= sizeof(s->partition)) {
+			snprintf(err, len, "%s: at most %d characters: %s", key,
+			         GROUP_PARTITION_MAX - 1, v);
+			return -1;
+		}
+		snprintf(s->partition, sizeof(s->partition), "%s", v);
+		s->has_partition = true;
+		if (group_settings_check(s, err, len) < 0)
+			return -1;
 	} else if (strcmp(k, "paused") == 0) {
 		if (strcmp(v, "yes") != 0 && strcmp(v, "no") != 0) {
 			snprintf(err, len, "%s: yes or no: %s", key, v);
@@ -297,7 +326,7 @@ int group_config_set(struct config *c, const char *key, const char *v,
 		s->has_paused = true;
 	} else {
 		snprintf(err, len, "%s: unknown group setting (parallel, policy, "
-		         "weights, backend, paused)", key);
+		         "weights, backend, partition, paused)", key);
 		return -1;
 	}
 	return 0;
@@ -316,19 +345,23 @@ static int group_row(sqlite3_stmt *st, struct group_settings *s)
 {
 	const unsigned char *w = sqlite3_column_text(st, 3);
 	const unsigned char *b = sqlite3_column_text(st, 4);
+	const unsigned char *p = sqlite3_column_text(st, 6);
 	int64_t par = sqlite3_column_int64(st, 1);
 
 	*s = (struct group_settings){
 		.has_parallel = true, .has_policy = true, .has_weights = true,
-		.has_backend = true, .has_paused = true,
+		.has_backend = true, .has_paused = true, .has_partition = true,
 		.parallel = (uint32_t)par,
 		.policy = (int)sqlite3_column_int64(st, 2),
 		.paused = sqlite3_column_int64(st, 5) != 0,
 	};
 	if (par < 0 || par > GROUP_PARALLEL_MAX || w == NULL || b == NULL ||
+	    p == NULL || (size_t)sqlite3_column_bytes(st, 6) >=
+	    sizeof(s->partition) ||
 	    group_parse_weights((const char *)w, s->weights) < 0)
 		return -1;
 	snprintf(s->backend, sizeof(s->backend), "%s", (const char *)b);
+	snprintf(s->partition, sizeof(s->partition), "%s", (const char *)p);
 	char msg[160];
 	return group_settings_check(s, msg, sizeof(msg));
 }
@@ -352,7 +385,7 @@ int group_load(sqlite3 *db, char *err, size_t len)
 		return 0;   /* durability = off: groups live in memory only */
 	sqlite3_stmt *st;
 	if (sqlite3_prepare_v2(db, "SELECT name, parallel, policy, weights, "
-	                       "backend, paused FROM groups", -1, &st,
+	                       "backend, paused, partition FROM groups", -1, &st,
 	                       NULL) != SQLITE_OK) {
 		snprintf(err, len, "journal: groups: %s", sqlite3_errmsg(db));
 		return -1;
@@ -425,7 +458,9 @@ int group_store(const char *name, const struct group_settings *s, char *err,
 	if (group_store_open(err, len) < 0)
 		return -1;
 	int rc = sqlite3_prepare_v2(groups.db, s != NULL
-	        ? "INSERT OR REPLACE INTO groups VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+	        ? "INSERT OR REPLACE INTO groups (name, parallel, policy, "
+	          "weights, backend, paused, partition) VALUES (?1, ?2, ?3, "
+	          "?4, ?5, ?6, ?7)"
 	        : "DELETE FROM groups WHERE name = ?1", -1, &st, NULL);
 	if (rc == SQLITE_OK) {
 		sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
@@ -437,6 +472,8 @@ int group_store(const char *name, const struct group_settings *s, char *err,
 			sqlite3_bind_text(st, 5, s->backend, -1,
 			                  SQLITE_TRANSIENT);
 			sqlite3_bind_int64(st, 6, s->paused);
+			sqlite3_bind_text(st, 7, s->partition, -1,
+			                  SQLITE_TRANSIENT);
 		}
 		rc = sqlite3_step(st);
 		sqlite3_finalize(st);

@@ -12,14 +12,17 @@
 #include "rokd.h"
 
 #define GROUP_BACKEND_MAX 16
+#define GROUP_PARTITION_MAX 64      /* [A-Za-z0-9_.,-]{0,63} */
 
 /* What a group is set to: from rokd.conf, a GroupRequest or the journal. */
 struct group_settings {
 	bool has_parallel, has_policy, has_weights, has_backend, has_paused;
+	bool has_partition;
 	uint32_t parallel;
 	int policy;                 /* QPOLICY_* */
 	uint32_t weights[QCLS_N];
 	char backend[GROUP_BACKEND_MAX];
+	char partition[GROUP_PARTITION_MAX]; /* slurm; "": the default */
 	bool paused;
 };
 
@@ -33,6 +36,7 @@ struct group {
 	struct group *next;         /* in name order */
 	char name[GROUP_NAME_MAX + 1];
 	char backend[GROUP_BACKEND_MAX];
+	char partition[GROUP_PARTITION_MAX];
 	struct qgroup q;
 	uint64_t tickets;           /* queued and running tasks */
 	bool removing;              /* group rm under way: no new tasks */
@@ -51,8 +55,8 @@ void group_free_all(void);
 void group_apply(struct group *g, const struct group_settings *s);
 /* The whole of g as settings (every has_ set). */
 void group_settings_of(const struct group *g, struct group_settings *s);
-/* Checks s (backend "local", weights 1..QWEIGHT_MAX): 0, or -1 with a
- * message. */
+/* Checks s (backend local or slurm, a partition's characters, weights
+ * 1..QWEIGHT_MAX): 0, or -1 with a message. */
 int group_settings_check(const struct group_settings *s, char *err,
                          size_t len);
 

@@ -13,6 +13,8 @@
  * exec_orphans_kill, which kills what is left of them, unless the machine
  * rebooted since (meta.boot, this boot's id, is written at every start):
  * then nothing can be left, and the ids may name anything.
+ * A running task of a slurm group is queued again instead, its retries
+ * untouched: its job ran on, and the task adopts it (slurm.c).
  * Then every queued task (those just given a retry included) is put back
  * into the task table with its id, uid and spec and started.  Finished
  * tasks stay in the journal only: status, join and list read them from
@@ -54,7 +56,8 @@ static int journal_recover_int(sqlite3 *db, const char *sql, int64_t *v)
 	return rc;
 }
 
-/* Running tasks: retried or interrupted.  Counts into *retried, *lost. */
+/* Running tasks: retried, interrupted, or (slurm) queued again.  Counts
+ * into *retried, *lost. */
 static int journal_recover_running(sqlite3 *db, uint64_t now,
                                    unsigned *retried, unsigned *lost)
 {
@@ -84,9 +87,19 @@ static int journal_recover_running(sqlite3 *db, uint64_t now,
 			NULL, (size_t)sqlite3_column_bytes(sel, 1),
 			sqlite3_column_blob(sel, 1));
 		bool again = spec != NULL && retries < (int64_t)spec->retry;
+		/* A Slurm job runs on without rokd: queued again, not
+		 * retried, its task adopts it (slurm.c). */
+		bool slurm = spec != NULL && spec->kind.len == 4 &&
+		             memcmp(spec->kind.data, "exec", 4) == 0 &&
+		             queue_group_slurm(spec);
 		rok__v1__task_spec__free_unpacked(spec, NULL);
 		sqlite3_bind_int64(upd, 1, id);
-		if (again) {
+		if (slurm) {
+			sqlite3_bind_int(upd, 2, RT_QUEUED);
+			sqlite3_bind_int64(upd, 3, retries);
+			sqlite3_bind_int64(upd, 4, 0);
+			sqlite3_bind_null(upd, 5);
+		} else if (again) {
 			sqlite3_bind_int(upd, 2, RT_QUEUED);
 			sqlite3_bind_int64(upd, 3, retries + 1);
 			sqlite3_bind_int64(upd, 4, 0);
@@ -115,14 +128,15 @@ static int journal_recover_running(sqlite3 *db, uint64_t now,
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/* Queued tasks back into the table, started. */
+/* Queued tasks back into the table, started; *adopted: those with a
+ * journaled Slurm job. */
 static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
-                                  unsigned *bad)
+                                  unsigned *bad, unsigned *adopted)
 {
 	sqlite3_stmt *sel;
 	int rc = sqlite3_prepare_v2(db, "SELECT id, uid, spec, spawned_us, "
-	                            "retries, run, next_us FROM tasks WHERE "
-	                            "state = 1 "
+	                            "retries, run, next_us, slurm_job FROM "
+	                            "tasks WHERE state = 1 "
 	                            "ORDER BY id", -1, &sel, NULL);
 
 	if (rc != SQLITE_OK)
@@ -141,6 +155,13 @@ static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
 			         : "unknown task kind");
 		else if (k->check(spec, why, sizeof(why)) == 0)
 			why[0] = '\0';   /* a failing check left its message */
+		int64_t job = sqlite3_column_int64(sel, 7);
+		if (job > 0 && job <= UINT32_MAX) {
+			/* Running or still pending in Slurm (queued for rok):
+			 * its task adopts it (slurm.c). */
+			slurm_note_job(id, (uint32_t)job);
+			(*adopted)++;
+		}
 		struct rtask *r;
 		int err = tasktab_restore(id,
 		        (uid_t)sqlite3_column_int64(sel, 1), k != NULL ? k
@@ -275,7 +296,7 @@ int journal_recover(char *err, size_t len)
 {
 	sqlite3 *db = journal_db();
 	int64_t max_meta, max_row;
-	unsigned retried = 0, lost = 0, requeued = 0, bad = 0;
+	unsigned retried = 0, lost = 0, requeued = 0, bad = 0, adopted = 0;
 	char msg[256];
 	uint64_t now = journal_recover_now_us();
 	int rc;
@@ -290,6 +311,7 @@ int journal_recover(char *err, size_t len)
 		goto fail;
 	tasktab_set_next_id((uint64_t)(max_meta > max_row ? max_meta : max_row)
 	                    + 1);
+	slurm_set_first_new_id(tasktab_next_id());
 	/*
 	 * Before the tasks run again: a retry must not meet the processes of
 	 * the run it replaces.  No boot id (no /proc?): nothing is looked
@@ -331,13 +353,15 @@ int journal_recover(char *err, size_t len)
 		(void)sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 		goto fail;
 	}
-	if ((rc = journal_recover_queued(db, &requeued, &bad)) != SQLITE_OK)
+	if ((rc = journal_recover_queued(db, &requeued, &bad, &adopted)) !=
+	    SQLITE_OK)
 		goto fail;
 	if (retried + lost + requeued + bad > 0 || max_row > 0)
 		log_info("journal: recovered: %u queued again (%u of them "
-		         "retried after an interruption), %u interrupted, %u "
-		         "could not run again; ids continue after %lld",
-		         requeued, retried, lost, bad,
+		         "retried after an interruption, %u Slurm jobs to "
+		         "adopt), %u interrupted, %u could not run again; ids "
+		         "continue after %lld", requeued, retried, adopted, lost,
+		         bad,
 		         (long long)(max_meta > max_row ? max_meta : max_row));
 	return 0;
 fail:

@@ -83,6 +83,13 @@ static const char *const journal_schema_steps[] = {
 	" weights TEXT NOT NULL,"
 	" backend TEXT NOT NULL,"
 	" paused INTEGER NOT NULL) WITHOUT ROWID;",
+	/* 4 -> 5.  The Slurm job of a task of a slurm group (slurm.c), once
+	 * submitted: for people, and a restart adopts the job (its name
+	 * finds it) rather than submitting the task again.  NULL: none. */
+	"ALTER TABLE tasks ADD COLUMN slurm_job INTEGER;",
+	/* 5 -> 6.  A slurm group's partition (sbatch --partition; "": the
+	 * cluster's default), with the group's other settings. */
+	"ALTER TABLE groups ADD COLUMN partition TEXT NOT NULL DEFAULT '';",
 };
 
 _Static_assert(sizeof(journal_schema_steps) / sizeof(journal_schema_steps[0])

@@ -81,6 +81,7 @@ enum {
 	JEV_CANCEL,
 	JEV_PRUNE,
 	JEV_EXEC,
+	JEV_SLURM,                  /* u.ex.pgid: the Slurm job id */
 	JEV_REQUEUE,
 };
 
@@ -133,6 +134,7 @@ enum {
 	JST_CANCEL,
 	JST_MAXID,
 	JST_EXEC,
+	JST_SLURM,
 	JST_REQUEUE,
 	JST_COUNT,
 };
@@ -157,11 +159,13 @@ static const char *const journal_sql[JST_COUNT] = {
 	/* NULL binds (the group is gone) clear both. */
 	[JST_EXEC] = "UPDATE tasks SET pgid = ?2, pg_start = ?3 "
 	             "WHERE id = ?1 AND state < 3",
+	[JST_SLURM] = "UPDATE tasks SET slurm_job = ?2 WHERE id = ?1",
 	/* A failed run with retries left: queued again, its run's group
-	 * gone (the run ended, its processes with it). */
+	 * and Slurm job gone (the run ended, its processes with it): the
+	 * next run's job is a new one, never the failed one adopted. */
 	[JST_REQUEUE] = "UPDATE tasks SET state = 1, run = ?2, next_us = ?3, "
-	                "started_us = 0, pgid = NULL, pg_start = NULL "
-	                "WHERE id = ?1 AND state < 3",
+	                "started_us = 0, pgid = NULL, pg_start = NULL, "
+	                "slurm_job = NULL WHERE id = ?1 AND state < 3",
 };
 
 static struct {
@@ -398,11 +402,13 @@ void journal_started(uint64_t id, uint64_t started_us)
 	journal_push_one(e);
 }
 
-static void journal_exec(uint64_t id, int64_t pgid, uint64_t start_ticks)
+static void journal_exec(int type, uint64_t id, int64_t pgid,
+                         uint64_t start_ticks)
 {
 	/* Only matters if rokd dies while the task runs: then its leftover
-	 * processes are not looked for. */
-	struct jev *e = journal_update_new(JEV_EXEC, id, 0, "process group");
+	 * processes (or its Slurm job) are not looked for. */
+	struct jev *e = journal_update_new(type, id, 0, type == JEV_SLURM
+	                                   ? "Slurm job id" : "process group");
 
 	if (e == NULL)
 		return;
@@ -411,14 +417,19 @@ static void journal_exec(uint64_t id, int64_t pgid, uint64_t start_ticks)
 	journal_push_one(e);
 }
 
+void journal_slurm_job(uint64_t id, uint32_t jobid)
+{
+	journal_exec(JEV_SLURM, id, jobid, 0);
+}
+
 void journal_exec_started(uint64_t id, pid_t pgid, uint64_t start_ticks)
 {
-	journal_exec(id, pgid, start_ticks);
+	journal_exec(JEV_EXEC, id, pgid, start_ticks);
 }
 
 void journal_exec_gone(uint64_t id)
 {
-	journal_exec(id, 0, 0);
+	journal_exec(JEV_EXEC, id, 0, 0);
 }
 
 void journal_finished(const struct journal_finish *f)
@@ -653,6 +664,11 @@ static int journal_write(const struct jev *e, const struct journal_idset *fin)
 			sqlite3_bind_int64(st, 3,
 			                   (sqlite3_int64)e->u.ex.start_ticks);
 		}
+		return journal_step(st);
+	case JEV_SLURM:
+		st = journal.st[JST_SLURM];
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)e->id);
+		sqlite3_bind_int64(st, 2, e->u.ex.pgid);
 		return journal_step(st);
 	case JEV_REQUEUE:
 		st = journal.st[JST_REQUEUE];

@@ -16,7 +16,7 @@
 /* "ROKJ": PRAGMA application_id of a rok journal. */
 #define JOURNAL_APPLICATION_ID 0x524f4b4a
 /* PRAGMA user_version this rokd writes (the last migration step). */
-#define JOURNAL_SCHEMA_VERSION 4
+#define JOURNAL_SCHEMA_VERSION 6
 
 /* ---- journal-schema.c (main thread, before the journal thread runs) --- */
 /*
@@ -97,6 +97,8 @@ void journal_requeued(uint64_t id, uint32_t run, uint64_t next_us);
  */
 void journal_exec_started(uint64_t id, pid_t pgid, uint64_t start_ticks);
 void journal_exec_gone(uint64_t id);
+/* Any thread: the Slurm job id of task id's run (slurm.c). */
+void journal_slurm_job(uint64_t id, uint32_t jobid);
 
 /*
  * Any thread: deletes finished tasks that finished before `before_us`

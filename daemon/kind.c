@@ -63,7 +63,8 @@ static rok_poll runner_poll(rok_cx *cx, void *frame)
 	/* A task that holds a slot waits for it queued (queue.c). */
 	if (f->ticket != NULL)
 		ROK_AWAIT(cx, queue_await(cx, f->ticket, &f->grant_op));
-	tasktab_running(f->rec);
+	if (!f->kind->own_running)
+		tasktab_running(f->rec);
 	rok_future_init(&f->fut, f->kind->poll, f->body);
 	if (f->timeout_ns > 0 && !f->kind->own_timeout)
 		ROK_AWAIT(cx, rok_timeout(cx, &f->to, f->timeout_ns, &f->fut,
@@ -113,6 +114,26 @@ int kind_check(const struct kind *k, const TaskSpec *spec, char *err,
 		         (const char *)spec->group.data);
 		return -1;
 	}
+	bool slurm = k == &kind_exec && queue_group_slurm(spec);
+	if (!slurm && (spec->cpus != 0 || spec->mem_mib != 0 ||
+	               spec->time_limit_ms != 0)) {
+		snprintf(err, len, "--cpus, --mem and --time are for exec tasks "
+		         "of a group whose backend is slurm");
+		return -1;
+	}
+	if (slurm && (spec->stdin.len > 0 || spec->clean_env)) {
+		snprintf(err, len, "a Slurm task takes no %s", spec->stdin.len > 0
+		         ? "stdin" : "--clean-env");
+		return -1;
+	}
+	if (spec->cpus > 4096 || spec->mem_mib > (1ull << 30) ||
+	    duration_check_ms(spec->time_limit_ms, "time_limit_ms", err,
+	                      len) < 0) {
+		if (spec->cpus > 4096 || spec->mem_mib > (1ull << 30))
+			snprintf(err, len, "cpus (at most 4096) or mem_mib (at "
+			         "most 2^30) too large");
+		return -1;
+	}
 	return k->check(spec, err, len);
 }
 
@@ -128,6 +149,16 @@ int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
 	};
 
 	_Static_assert(sizeof(f.body) >= KIND_FRAME_MAX, "kind frame");
+	/* An exec task of a slurm group is a batch job (slurm.c), as the
+	 * group is at each run's start.  The record's kind too: its cancel
+	 * hook is the one called with the run's control. */
+	if (k == &kind_exec || k == &kind_slurm) {
+		const struct kind *want = queue_group_slurm(spec) ? &kind_slurm
+		                                                 : &kind_exec;
+		if (want != k)
+			tasktab_set_kind(r, want);
+		f.kind = k = want;
+	}
 	if (k->frame_size > sizeof(f.body))
 		return -EINVAL;
 	/* Into its group's queue now, on the starting thread: the queue

@@ -142,6 +142,27 @@ bool queue_group_exists(const uint8_t *name, size_t len)
 	return ok;
 }
 
+bool queue_group_slurm(const TaskSpec *spec)
+{
+	queue_lock();
+	struct group *g = spec->group.len == 0
+	        ? group_find("default", 7)
+	        : group_find((const char *)spec->group.data, spec->group.len);
+	bool slurm = g != NULL && strcmp(g->backend, "slurm") == 0;
+	queue_unlock();
+	return slurm;
+}
+
+void queue_group_partition(const TaskSpec *spec, char *buf, size_t len)
+{
+	queue_lock();
+	struct group *g = spec->group.len == 0
+	        ? group_find("default", 7)
+	        : group_find((const char *)spec->group.data, spec->group.len);
+	snprintf(buf, len, "%s", g != NULL ? g->partition : "");
+	queue_unlock();
+}
+
 int queue_submit(const TaskSpec *spec, uid_t uid, struct qticket **out)
 {
 	struct qticket *t = calloc(1, sizeof(*t));
@@ -243,6 +264,8 @@ static void queue_info(const struct group *g, Rok__V1__GroupInfo *gi,
 	gi->policy = (Rok__V1__GroupPolicy)g->q.policy;
 	gi->backend.data = (uint8_t *)(uintptr_t)g->backend;
 	gi->backend.len = strlen(g->backend);
+	gi->partition.data = (uint8_t *)(uintptr_t)g->partition;
+	gi->partition.len = strlen(g->partition);
 	gi->paused = g->q.paused;
 	memcpy(weights, g->q.weights, QCLS_N * sizeof(*weights));
 	gi->weights = weights;
@@ -262,6 +285,7 @@ ssize_t queue_group_infos(const char *name, size_t name_len,
 		uint32_t weights[QCLS_N];
 		char name[GROUP_NAME_MAX + 1];
 		char backend[GROUP_BACKEND_MAX];
+		char partition[GROUP_PARTITION_MAX];
 	};
 	size_t n = 0;
 
@@ -284,8 +308,10 @@ ssize_t queue_group_infos(const char *name, size_t name_len,
 		queue_info(g, &v[k].gi, v[k].weights);
 		memcpy(v[k].name, g->name, sizeof(v[k].name));
 		memcpy(v[k].backend, g->backend, sizeof(v[k].backend));
+		memcpy(v[k].partition, g->partition, sizeof(v[k].partition));
 		v[k].gi.name.data = (uint8_t *)v[k].name;
 		v[k].gi.backend.data = (uint8_t *)v[k].backend;
+		v[k].gi.partition.data = (uint8_t *)v[k].partition;
 		ptrs[k] = &v[k].gi;
 		k++;
 	}

@@ -32,6 +32,7 @@
 #include "journal.h"
 #include "reactor.h"
 #include "rokd.h"
+#include "slurm.h"
 
 static const char rokd_usage[] =
 	"usage: rokd [-c FILE] [-s SOCKET] [-S STATE_DIR] [-w N] [--daemonize]\n"
@@ -417,6 +418,12 @@ int main(int argc, char **argv)
 	if ((err = exec_init()) < 0)
 		fatalx("exec tasks: %s/output: %s; refusing to start",
 		       config.state_dir, strerror(-err));
+	if ((err = slurm_watch_init()) < 0)
+		fatalx("slurm groups: %s: %s; refusing to start",
+		       config.slurm_output_dir != NULL ? config.slurm_output_dir
+		       : "<state_dir>/slurm", err == -EINVAL
+		       ? "slurm_output_dir must be an absolute path"
+		       : strerror(-err));
 	/* Before the socket: a port that cannot be bound stops rokd before
 	 * any client could connect. */
 	if (metrics_http_open(jerr, sizeof(jerr)) < 0)
@@ -477,6 +484,7 @@ int main(int argc, char **argv)
 	if (reactor_call(rokd_shutdown_cb, NULL) < 0)
 		log_warnx("could not reach the reactor to stop accepting");
 	gate_stop();   /* waiting tasks stay queued for the next start */
+	slurm_shutdown();   /* Slurm jobs run on: the next start adopts them */
 	tasktab_cancel_all();
 	/* Exec tasks end once their children are dead: give them their kill
 	 * grace before the runtime's own cancel, which kills at once. */
@@ -501,6 +509,8 @@ int main(int argc, char **argv)
 		log_errno(err, "stopping the runtime");
 	else
 		conn_free_leftovers();   /* the reactor thread has ended */
+	slurm_watch_stop();
+	slurm_free();
 	/* Every task has ended and told the journal: write it all. */
 	journal_stop();
 	gate_free();

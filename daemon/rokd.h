@@ -88,6 +88,9 @@ struct config {
 	int64_t aging_ns;           /* strict: a class up per interval; 0: off */
 	int nice[4];                /* exec children, by class: urgent..low */
 	char *metrics_listen;       /* HOST:PORT for /metrics; NULL: off */
+	/* slurm groups (slurm*.c; read at start only) */
+	uint64_t slurm_poll_interval_ms; /* one squeue per interval */
+	char *slurm_output_dir;     /* jobs' stdout/stderr; NULL: state_dir/slurm */
 };
 
 extern struct config config;
@@ -162,6 +165,10 @@ void queue_leave(struct qticket *t);
 void queue_waiting(const struct qticket *t, char *buf, size_t len);
 /* Whether a group of that name (empty: default) exists. */
 bool queue_group_exists(const uint8_t *name, size_t len);
+/* Whether the spec's group (empty: default) runs its tasks on Slurm. */
+bool queue_group_slurm(const TaskSpec *spec);
+/* The Slurm partition of the spec's group into buf ("": the default). */
+void queue_group_partition(const TaskSpec *spec, char *buf, size_t len);
 /* A spec's Priority as a class (QCLS_*, urgent 0 .. low 3), back, named. */
 int queue_class(int wire);
 int queue_wire_priority(int cls);
@@ -293,6 +300,11 @@ void tasktab_reply(uint64_t id, const struct rt_reply *reply);
 
 /* The worker side of a kind: marks the task running / finished. */
 void tasktab_running(struct rtask *r);
+/* A kind with own_running, while its started task still waits (queued):
+ * why, for people (`waiting`; copied; NULL: none).  Any thread. */
+void tasktab_set_why(struct rtask *r, const char *why);
+/* Which run of r this is (1 = first): for its kind's init. */
+uint32_t tasktab_run(const struct rtask *r);
 /*
  * The end of a run.  A failed run (not cancelled nor timed out) of a gated
  * task with retry_failed runs left goes back to queued (run + 1) to wait
@@ -344,6 +356,9 @@ int tasktab_cancel(uint64_t id, uid_t uid);
  * clears the control the hook gets.  Once cleared, the hook is not running
  * and will not run again for r. */
 void tasktab_set_ctl(struct rtask *r, void *ctl);
+/* kind_spawn: r runs as kind k (exec or slurm, by its group), before its
+ * body can set a control. */
+void tasktab_set_kind(struct rtask *r, const struct kind *k);
 
 /* r's owner (the submitter's uid). */
 uid_t tasktab_uid(const struct rtask *r);
@@ -538,6 +553,10 @@ struct kind {
 	/* Its tasks hold resources (a process): each takes a slot of its
 	 * group (queue.c) before it runs.  Else it starts at once. */
 	bool slot;
+	/* The kind marks its task running itself (tasktab_running), when
+	 * its work really starts (a Slurm job: when Slurm runs it); until
+	 * then the task shows queued, waiting for tasktab_set_why's reason. */
+	bool own_running;
 };
 
 const struct kind *kind_find(const uint8_t *name, size_t len);
@@ -554,6 +573,15 @@ int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
                struct qticket **ticket);
 
 extern const struct kind kind_noop, kind_sleep, kind_echo, kind_exec;
+/* slurm.c: an exec task of a slurm group (kind_spawn picks it). */
+extern const struct kind kind_slurm;
+/* Main thread, in recovery: ids from here on are new (slurm.c looks for
+ * a job of an older id before submitting it). */
+void slurm_set_first_new_id(uint64_t id);
+/* Main thread, in recovery, before it starts task id again: the Slurm job
+ * the journal has for it (adopted if Slurm still knows it, else the task
+ * fails rather than run twice). */
+void slurm_note_job(uint64_t id, uint32_t jobid);
 
 /* ---- exec.c, exec-*.c: the exec kind (child processes) ---------------- */
 /* Main thread, before the runtime starts: output directory, /dev/null,

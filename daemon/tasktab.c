@@ -55,6 +55,8 @@ struct rtask {
 	uint8_t cls;                   /* priority class (queue.c) */
 	struct qticket *ticket;        /* queued for a slot (queue.c) */
 	void *ctl;                     /* kind->cancel's argument, if set */
+	char *why;                     /* queued: its kind's word on why it
+	                                  waits (tasktab_set_why), or NULL */
 	uint64_t spawned_us, started_us, finished_us;
 	uint32_t retries;              /* runs again after an interruption */
 	uint32_t run;                  /* 1 = first run (retry_failed) */
@@ -131,6 +133,7 @@ static void tasktab_free_record(struct rtask *r)
 	free(r->args);
 	free(r->value);
 	free(r->reason);
+	free(r->why);
 	free(r->group);
 	free(r);
 }
@@ -683,6 +686,8 @@ static bool tasktab_requeue(struct rtask *r, const struct rt_outcome *o,
 	ev->time_us = tasktab_now_us();
 	r->started_us = 0;
 	r->ctl = NULL;
+	free(r->why);
+	r->why = NULL;
 	r->ticket = NULL;   /* the runner's queue_leave frees it */
 	return true;
 }
@@ -727,6 +732,8 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 	r->signal = o->signal;
 	r->output_truncated = o->output_truncated;
 	r->ctl = NULL;
+	free(r->why);
+	r->why = NULL;
 	r->ticket = NULL;   /* queue_leave frees it after this */
 	if (o->reason[0] != '\0')
 		r->reason = strdup(o->reason);   /* NULL on ENOMEM: no reason */
@@ -914,8 +921,13 @@ static void tasktab_fill(const struct rtask *r, TaskInfo *info)
 	if ((info->group.data = tasktab_dup(g, strlen(g))) != NULL)
 		info->group.len = strlen(g);
 	info->priority = (Rok__V1__Priority)queue_wire_priority(r->cls);
-	/* Queued: in its group's queue (a ticket), or still in the gate. */
-	if (r->state == RT_QUEUED && r->ticket != NULL) {
+	/* Queued: started by a kind that says why it still waits (a Slurm
+	 * job pending), in its group's queue (a ticket), or in the gate. */
+	if (r->state == RT_QUEUED && r->why != NULL) {
+		if ((info->waiting.data = tasktab_dup(r->why,
+		                                      strlen(r->why))) != NULL)
+			info->waiting.len = strlen(r->why);
+	} else if (r->state == RT_QUEUED && r->ticket != NULL) {
 		char why[160];
 		queue_waiting(r->ticket, why, sizeof(why));
 		if (why[0] != '\0' && (info->waiting.data = tasktab_dup(
@@ -1060,6 +1072,34 @@ int tasktab_cancel(uint64_t id, uid_t uid)
 	if (absent)   /* finished before a restart: nothing to cancel */
 		code = journal_read_info(id, uid, NULL);
 	return code;
+}
+
+void tasktab_set_kind(struct rtask *r, const struct kind *k)
+{
+	pthread_mutex_lock(&tab.lock);
+	r->kind = k;
+	pthread_mutex_unlock(&tab.lock);
+}
+
+void tasktab_set_why(struct rtask *r, const char *why)
+{
+	char *copy = why != NULL ? strdup(why) : NULL;
+
+	/* Out of memory: the old text stays, or none; only people read it. */
+	if (why != NULL && copy == NULL)
+		return;
+	pthread_mutex_lock(&tab.lock);
+	char *old = r->why;
+	r->why = copy;
+	pthread_mutex_unlock(&tab.lock);
+	free(old);
+}
+
+uint32_t tasktab_run(const struct rtask *r)
+{
+	/* Only changes when a run fails (tasktab_requeue), after that run's
+	 * kind init, which is where this is read (see tasktab_start). */
+	return r->run;
 }
 
 void tasktab_set_ctl(struct rtask *r, void *ctl)

@@ -224,8 +224,9 @@ END_TEST
 /*
  * A journal written by a rokd of schema version 1 (the tasks table before
  * step 2) gains the pgid and pg_start columns (step 2), then run and
- * next_us (step 3), then the groups table and the grp column (step 4), in
- * one open, keeps its rows, and says version 4.  (tests/when.test
+ * next_us (step 3), then the groups table and the grp column (step 4),
+ * slurm_job (step 5) and the groups' partition (step 6), in one open,
+ * keeps its rows, and says version 6.  (tests/when.test
  * migrates a version-2 journal written by the release before step 3.)
  */
 START_TEST(schema_migrates_1_to_4)
@@ -245,9 +246,9 @@ START_TEST(schema_migrates_1_to_4)
 		"PRAGMA application_id = 0x524f4b4a; PRAGMA user_version = 1",
 		NULL, NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
-	ck_assert_int_eq(JOURNAL_SCHEMA_VERSION, 4);
+	ck_assert_int_eq(JOURNAL_SCHEMA_VERSION, 6);
 	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
-	ck_assert_int_eq(jquery("PRAGMA user_version"), 4);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), 6);
 	ck_assert_int_eq(jquery("SELECT count(*) FROM groups"), 0);
 	ck_assert_int_eq(jquery("SELECT grp IS NULL FROM tasks WHERE id = 7"), 1);
 	ck_assert_int_eq(jquery("SELECT count(*) FROM pragma_table_info('tasks')"
@@ -258,10 +259,14 @@ START_TEST(schema_migrates_1_to_4)
 	                 RT_RUNNING);
 	ck_assert_int_eq(jquery("SELECT pgid IS NULL AND pg_start IS NULL "
 	                        "FROM tasks WHERE id = 7"), 1);
+	ck_assert_int_eq(jquery("SELECT slurm_job IS NULL FROM tasks "
+	                        "WHERE id = 7"), 1);
 	ck_assert_int_eq(jquery("SELECT value FROM meta WHERE key = 'max_id'"), 7);
-	/* Migrated once: a second open finds version 4 and changes nothing. */
+	ck_assert_int_eq(jquery("SELECT count(*) FROM pragma_table_info("
+	                        "'groups') WHERE name = 'partition'"), 1);
+	/* Migrated once: a second open finds version 6 and changes nothing. */
 	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
-	ck_assert_int_eq(jquery("PRAGMA user_version"), 4);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), 6);
 	jcleanup();
 }
 END_TEST
@@ -296,9 +301,12 @@ START_TEST(schema_migrates_2_with_groups)
 		NULL, NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
 	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
-	ck_assert_int_eq(jquery("PRAGMA user_version"), 4);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), JOURNAL_SCHEMA_VERSION);
 	ck_assert_int_eq(jquery("SELECT parallel FROM groups WHERE name = "
 	                        "'build'"), 2);
+	/* Step 6: the row has a partition now, none. */
+	ck_assert_int_eq(jquery("SELECT partition = '' FROM groups WHERE "
+	                        "name = 'build'"), 1);
 	ck_assert_int_eq(jquery("SELECT run = 1 AND next_us = 0 FROM tasks "
 	                        "WHERE id = 3"), 1);
 	jcleanup();

@@ -186,11 +186,13 @@ typedef struct rok_group {
 	rok_bytes name;
 	uint32_t parallel;         /* 0: no limit */
 	int policy;                /* enum rok_group_policy */
-	rok_bytes backend;         /* group replies: "local" */
+	rok_bytes backend;         /* group replies: "local" or "slurm" */
 	bool paused;
 	uint32_t weights[4];       /* group replies: urgent, high, normal, low */
 	uint32_t running;          /* stats: exec tasks holding its slots */
 	uint64_t queued[4];        /* stats: queued tasks by class */
+	rok_bytes partition;       /* group replies: slurm partition; empty:
+	                              the cluster's default */
 } rok_group;
 
 /* Group operations (rok.v1.GroupRequest.Op). */
@@ -212,6 +214,7 @@ typedef struct rok_group_spec {
 	const char *backend;       /* NULL: unchanged (add: "local") */
 	bool has_weights;
 	uint32_t weights[4];
+	const char *partition;     /* NULL: unchanged (add: none); "": none */
 } rok_group_spec;
 
 /*
@@ -240,6 +243,11 @@ typedef struct rok_spec {
 	uint64_t not_before_us;    /* wall clock, µs since the epoch; 0: now */
 	uint32_t retry_failed;     /* more runs after a failure */
 	uint64_t backoff_ms;       /* before retry k: backoff_ms * 2^(k-1) */
+	/* An exec task of a slurm group: its job's resources; 0: Slurm's
+	 * default. */
+	uint32_t cpus;
+	uint64_t mem_mib;
+	uint64_t time_limit_ms;    /* Slurm's limit, whole minutes (up) */
 } rok_spec;
 
 /*

@@ -758,7 +758,8 @@ def stats_dict(reply: "pb.StatsReply") -> dict:
 def group_list(reply: "pb.GroupReply") -> List[Group]:
     return [Group(text(g.name), g.parallel,
                   _POLICY_NAMES.get(g.policy, "strict"), text(g.backend),
-                  g.paused, tuple(g.weights)) for g in reply.groups]
+                  g.paused, tuple(g.weights), text(g.partition))
+            for g in reply.groups]
 
 
 def log_chunks(reply: "pb.LogsReply") -> List[Tuple[int, bytes]]:

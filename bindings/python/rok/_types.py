@@ -180,7 +180,9 @@ class Group:
     """A group of rokd (``rok.v1.GroupInfo``): at most ``parallel`` exec
     tasks of it run at once (0: no limit), the others wait queued by class
     (``policy`` "strict" or "weighted", with ``weights`` for urgent, high,
-    normal, low) and fairly between users."""
+    normal, low) and fairly between users.  ``backend`` "slurm": its exec
+    tasks run as Slurm batch jobs, in ``partition`` ("": the cluster's
+    default)."""
 
     name: str
     parallel: int
@@ -188,6 +190,7 @@ class Group:
     backend: str
     paused: bool
     weights: Tuple[int, ...]
+    partition: str = ""
 
 
 @dataclass(frozen=True)

@@ -209,12 +209,14 @@ def test_logs_stream_abandoned_early(client):
 
 def test_groups_and_priorities(make_rokd):
     d = make_rokd({"group.one.parallel": "1", "group.one.paused": "yes",
-                   "aging": "0"})
+                   "group.hpc.backend": "slurm",
+                   "group.hpc.partition": "batch", "aging": "0"})
     with rok.connect(d.socket) as c:
         gs = {g.name: g for g in c.groups()}
-        assert set(gs) == {"default", "one"}
+        assert set(gs) == {"default", "one", "hpc"}
         assert gs["one"] == rok.Group("one", 1, "strict", "local", True,
                                       (50, 30, 15, 5))
+        assert (gs["hpc"].backend, gs["hpc"].partition) == ("slurm", "batch")
         low = c.spawn(["true"], group="one", priority="low")
         urgent = c.spawn(["true"], group="one", priority="urgent")
         s = low.status()

@@ -1,0 +1,326 @@
+/*
+ * slurm-watch.c — watching rokd's Slurm jobs with one query per interval.
+ *
+ * One thread of its own (started with the first job, ended by
+ * slurm_watch_stop) runs, every slurm_poll_interval, ONE squeue of all
+ * jobs in every state (`squeue -h -t all -O ...`) and keeps, for each job
+ * it was asked to watch, the last state seen, in a table under one mutex.
+ * The cost to rokd and to slurmctld is one query per interval however
+ * many jobs run; the tasks (slurm.c) read the table when they wake, which
+ * costs no query.  Only jobs named rok-TAG-* are looked at (TAG: this
+ * rokd's, from its state directory), so two rokds can share a cluster.
+ * A job that the query no longer lists (purged by slurmctld, MinJobAge)
+ * becomes SLURM_GONE after two full queries that miss it.  A failed query
+ * (slurmctld down) changes nothing: the jobs keep their last state.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rokd.h"
+#include "slurm.h"
+
+struct slurm_watched {
+	uint32_t jobid;
+	int misses;
+	struct slurm_jobstate js;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct slurm_watched *v;    /* under lock */
+	size_t n, cap;
+	bool started, stop;
+	pthread_t thread;
+	char tag[16];
+	char dir[400];              /* slurm_output_dir, absolute */
+	int64_t interval_ms;
+} sw = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+#define SLURM_WATCH_OUT (4u << 20)   /* bytes of squeue output read */
+
+/* mkdir 0755 (whatever rokd's umask): each task's directory in it is its
+ * user's (slurm.c), whom slurmd must let through.  One that exists keeps
+ * the mode its owner gave it.  0 or -errno. */
+static int slurm_watch_mkdir(const char *path)
+{
+	if (mkdir(path, 0755) == 0)
+		return chmod(path, 0755) == 0 ? 0 : -errno;
+	return errno == EEXIST ? 0 : -errno;
+}
+
+int slurm_watch_init(void)
+{
+	char real[PATH_MAX], out[PATH_MAX];
+	int err;
+
+	/* Absolute: sbatch's paths are read on the node, from the job's
+	 * working directory. */
+	if (realpath(config.state_dir, real) == NULL)
+		return -errno;
+	if (config.slurm_output_dir != NULL) {
+		if (config.slurm_output_dir[0] != '/')
+			return -EINVAL;
+		if ((err = slurm_watch_mkdir(config.slurm_output_dir)) < 0)
+			return err;
+		if (realpath(config.slurm_output_dir, out) == NULL)
+			return -errno;
+	} else {
+		if (snprintf(out, sizeof(out), "%s/slurm", real) >=
+		    (int)sizeof(out))
+			return -ENAMETOOLONG;
+		if ((err = slurm_watch_mkdir(out)) < 0)
+			return err;
+	}
+	if (snprintf(sw.dir, sizeof(sw.dir), "%s", out) >= (int)sizeof(sw.dir))
+		return -ENAMETOOLONG;
+	/* FNV-1a of the state directory: stable across restarts. */
+	uint32_t h = 2166136261u;
+	for (const char *p = real; *p; p++)
+		h = (h ^ (uint8_t)*p) * 16777619u;
+	snprintf(sw.tag, sizeof(sw.tag), "%08x", h);
+	sw.interval_ms = (int64_t)config.slurm_poll_interval_ms;
+	return 0;
+}
+
+const char *slurm_watch_dir(void)
+{
+	return sw.dir;
+}
+
+void slurm_watch_name(uint64_t id, uint32_t run, char *buf, size_t len)
+{
+	snprintf(buf, len, "rok-%s-%llu-%u", sw.tag, (unsigned long long)id,
+	         run);
+}
+
+static int slurm_watch_state(const char *s)
+{
+	static const struct { const char *name; int state; } m[] = {
+		{ "PENDING", SLURM_PENDING }, { "REQUEUED", SLURM_PENDING },
+		{ "REQUEUE_HOLD", SLURM_PENDING },
+		{ "REQUEUE_FED", SLURM_PENDING }, { "RESV_DEL_HOLD", SLURM_PENDING },
+		{ "RUNNING", SLURM_RUNNING }, { "CONFIGURING", SLURM_RUNNING },
+		{ "COMPLETING", SLURM_RUNNING }, { "SUSPENDED", SLURM_RUNNING },
+		{ "STOPPED", SLURM_RUNNING }, { "SIGNALING", SLURM_RUNNING },
+		{ "STAGE_OUT", SLURM_RUNNING }, { "RESIZING", SLURM_RUNNING },
+		{ "COMPLETED", SLURM_COMPLETED },
+		{ "CANCELLED", SLURM_CANCELLED }, { "TIMEOUT", SLURM_TIMEOUT },
+		{ "DEADLINE", SLURM_TIMEOUT },
+	};
+	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
+		if (strcmp(s, m[i].name) == 0)
+			return m[i].state;
+	/* FAILED, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, PREEMPTED, ... */
+	return SLURM_FAILED;
+}
+
+static struct slurm_watched *slurm_watch_find(uint32_t jobid)
+{
+	for (size_t i = 0; i < sw.n; i++)
+		if (sw.v[i].jobid == jobid)
+			return &sw.v[i];
+	return NULL;
+}
+
+/* One line: JOBID|STATE|NAME|EXIT_CODE|REASON|.  Lock held. */
+static void slurm_watch_line(char *line, const char *prefix, size_t plen)
+{
+	char *f[5], *save = NULL;
+	int n = 0;
+
+	for (char *t = strtok_r(line, "|", &save); t != NULL && n < 5;
+	     t = strtok_r(NULL, "|", &save))
+		f[n++] = t;
+	if (n < 4 || strncmp(f[2], prefix, plen) != 0)
+		return;
+	char *end;
+	unsigned long id = strtoul(f[0], &end, 10);
+	if (*end != '\0' || id == 0 || id > UINT32_MAX)
+		return;   /* an array or het job: not one of ours */
+	struct slurm_watched *w = slurm_watch_find((uint32_t)id);
+	if (w == NULL)
+		return;
+	w->misses = -1;   /* seen in this query */
+	w->js.state = slurm_watch_state(f[1]);
+	w->js.status = (int)strtol(f[3], NULL, 10);
+	bool why = n == 5 && strcmp(f[4], "None") != 0;
+	snprintf(w->js.reason, sizeof(w->js.reason), "%s%s%s", f[1],
+	         why ? ": " : "", why ? f[4] : "");
+	snprintf(w->js.why, sizeof(w->js.why), "%s", why ? f[4] : "");
+}
+
+/* squeue's argv into argv[10] (its strings are constant). */
+static char *const *slurm_watch_argv(char **argv, char *name_filter)
+{
+	static const char fmt[] = "JobID:|,State:|,Name:|,exit_code:|,Reason:|";
+	int k = 0;
+
+	argv[k++] = (char *)slurm_cmd_path("squeue");
+	argv[k++] = (char *)"-h";
+	argv[k++] = (char *)"-t";
+	argv[k++] = (char *)"all";
+	argv[k++] = (char *)"-O";
+	argv[k++] = (char *)fmt;
+	if (name_filter != NULL) {
+		argv[k++] = (char *)"-n";
+		argv[k++] = name_filter;
+	}
+	argv[k] = NULL;
+	return argv;
+}
+
+/* One query; lock not held.  0, or -1 when squeue failed. */
+static int slurm_watch_query(char *out)
+{
+	if (slurm_cmd_path("squeue") == NULL)
+		return -1;
+	char *argv[10];
+	int st = slurm_cmd_run(slurm_watch_argv(argv, NULL), NULL, NULL, NULL, out,
+	                       SLURM_WATCH_OUT);
+	if (st != 0) {
+		log_warnx("slurm: squeue failed (%d): %.200s", st, out);
+		return -1;
+	}
+	return 0;
+}
+
+static void *slurm_watch_main(void *arg)
+{
+	char *out = malloc(SLURM_WATCH_OUT);
+	char prefix[32];
+
+	(void)arg;
+	snprintf(prefix, sizeof(prefix), "rok-%s-", sw.tag);
+	size_t plen = strlen(prefix);
+	pthread_mutex_lock(&sw.lock);
+	while (!sw.stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += (sw.interval_ms % 1000) * 1000000;
+		ts.tv_sec += sw.interval_ms / 1000 + ts.tv_nsec / 1000000000;
+		ts.tv_nsec %= 1000000000;
+		(void)pthread_cond_timedwait(&sw.cond, &sw.lock, &ts);
+		if (sw.stop || sw.n == 0 || out == NULL)
+			continue;
+		pthread_mutex_unlock(&sw.lock);
+		int ok = slurm_watch_query(out);
+		pthread_mutex_lock(&sw.lock);
+		if (ok < 0)
+			continue;
+		for (size_t i = 0; i < sw.n; i++)
+			if (sw.v[i].misses < 0)
+				sw.v[i].misses = 0;
+		char *save = NULL;
+		for (char *l = strtok_r(out, "\n", &save); l != NULL;
+		     l = strtok_r(NULL, "\n", &save))
+			slurm_watch_line(l, prefix, plen);
+		for (size_t i = 0; i < sw.n; i++) {
+			struct slurm_watched *w = &sw.v[i];
+			if (w->misses >= 0 && ++w->misses >= 2 &&
+			    w->js.state != SLURM_GONE) {
+				w->js.state = SLURM_GONE;
+				snprintf(w->js.reason, sizeof(w->js.reason),
+				         "no longer known to Slurm");
+			}
+		}
+	}
+	pthread_mutex_unlock(&sw.lock);
+	free(out);
+	return NULL;
+}
+
+int slurm_watch_add(uint32_t jobid)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&sw.lock);
+	if (!sw.started && !sw.stop) {
+		if ((err = pthread_create(&sw.thread, NULL, slurm_watch_main,
+		                          NULL)) != 0) {
+			pthread_mutex_unlock(&sw.lock);
+			return -err;
+		}
+		sw.started = true;
+	}
+	if (sw.n == sw.cap) {
+		size_t cap = sw.cap != 0 ? sw.cap * 2 : 64;
+		void *v = realloc(sw.v, cap * sizeof(*sw.v));
+		if (v == NULL) {
+			pthread_mutex_unlock(&sw.lock);
+			return -ENOMEM;
+		}
+		sw.v = v;
+		sw.cap = cap;
+	}
+	/* misses 0: a job the next two queries miss is gone (sbatch
+	 * answered, so slurmctld has it). */
+	sw.v[sw.n++] = (struct slurm_watched){ .jobid = jobid };
+	pthread_mutex_unlock(&sw.lock);
+	return 0;
+}
+
+void slurm_watch_remove(uint32_t jobid)
+{
+	pthread_mutex_lock(&sw.lock);
+	struct slurm_watched *w = slurm_watch_find(jobid);
+	if (w != NULL)
+		*w = sw.v[--sw.n];
+	pthread_mutex_unlock(&sw.lock);
+}
+
+void slurm_watch_get(uint32_t jobid, struct slurm_jobstate *js)
+{
+	pthread_mutex_lock(&sw.lock);
+	struct slurm_watched *w = slurm_watch_find(jobid);
+	if (w != NULL)
+		*js = w->js;
+	else
+		*js = (struct slurm_jobstate){ .state = SLURM_UNKNOWN };
+	pthread_mutex_unlock(&sw.lock);
+}
+
+int64_t slurm_watch_lookup(uint64_t id, uint32_t run)
+{
+	char name[64], out[4096];
+
+	if (slurm_cmd_path("squeue") == NULL)
+		return -ENOENT;
+	slurm_watch_name(id, run, name, sizeof(name));
+	char *argv[10];
+	int st = slurm_cmd_run(slurm_watch_argv(argv, name), NULL, NULL, NULL, out,
+	                       sizeof(out));
+	if (st != 0)
+		return st < 0 ? st : -EIO;
+	/* The newest of that name, should there be more than one. */
+	int64_t found = 0;
+	char *save = NULL;
+	for (char *l = strtok_r(out, "\n", &save); l != NULL;
+	     l = strtok_r(NULL, "\n", &save)) {
+		long long j = strtoll(l, NULL, 10);
+		if (j > found && j <= UINT32_MAX)
+			found = j;
+	}
+	return found;
+}
+
+void slurm_watch_stop(void)
+{
+	pthread_mutex_lock(&sw.lock);
+	sw.stop = true;
+	bool started = sw.started;
+	pthread_cond_signal(&sw.cond);
+	pthread_mutex_unlock(&sw.lock);
+	if (started)
+		(void)pthread_join(sw.thread, NULL);
+	free(sw.v);
+	sw.v = NULL;
+	sw.n = sw.cap = 0;
+}

@@ -1,0 +1,81 @@
+/*
+ * slurm.h — the Slurm backend, between slurm.c (the kind: one exec task of
+ * a slurm group as one batch job), slurm-cmd.c (running the Slurm
+ * commands) and slurm-watch.c (the one batched squeue per interval).
+ * Threads: see each function.
+ */
+#ifndef ROKD_SLURM_H
+#define ROKD_SLURM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct exec_user;
+
+/* ---- slurm-cmd.c (blocking pool or the watcher thread) ---------------- */
+
+/* The path of Slurm command `name` (sbatch, squeue, scancel) along rokd's
+ * PATH and /usr/bin: borrowed, or NULL when it is not installed. */
+const char *slurm_cmd_path(const char *name);
+/*
+ * Runs argv (argv[0] from slurm_cmd_path) with envp (NULL: rokd's), as
+ * user u when u is non-NULL (setgroups, setgid, setuid in the child),
+ * feeding it `in` (may be NULL) on stdin, and keeping up to cap - 1 bytes
+ * of its stdout and stderr in out (NUL-terminated).  Returns its exit
+ * status (0..255, 128 + signal), or -errno when it could not run.
+ * Blocks until it ends.
+ */
+int slurm_cmd_run(char *const *argv, char *const *envp,
+                  const struct exec_user *u, const char *in, char *out,
+                  size_t cap);
+
+/* ---- slurm-watch.c ---------------------------------------------------- */
+
+/* Where a job is, as the last squeue saw it. */
+enum {
+	SLURM_UNKNOWN,              /* not seen yet */
+	SLURM_PENDING, SLURM_RUNNING, /* and the other active states */
+	SLURM_COMPLETED, SLURM_FAILED, SLURM_CANCELLED, SLURM_TIMEOUT,
+	SLURM_GONE,                 /* no longer known to slurmctld */
+};
+
+struct slurm_jobstate {
+	int state;
+	int status;                 /* wait status (squeue's exit_code) */
+	char reason[64];            /* Slurm's state and reason, for people */
+	char why[48];               /* Slurm's reason alone ("" for None) */
+};
+
+/* Main thread, at start: the job-name tag of this rokd (from its state
+ * directory), the poll interval, and the output directory made
+ * (slurm_output_dir, or <state_dir>/slurm): 0 or -errno (-EINVAL: not an
+ * absolute path). */
+int slurm_watch_init(void);
+/* The output directory, absolute (borrowed). */
+const char *slurm_watch_dir(void);
+/* The job name of run `run` of task `id`: "rok-TAG-ID-RUN".  The run in
+ * it keeps a retry (retry_failed) from adopting its failed run's job. */
+void slurm_watch_name(uint64_t id, uint32_t run, char *buf, size_t len);
+/* Any thread: watch job `jobid` (starts the watcher thread on first use):
+ * 0 or -errno. */
+int slurm_watch_add(uint32_t jobid);
+void slurm_watch_remove(uint32_t jobid);
+/* Any thread: what the last query saw of jobid. */
+void slurm_watch_get(uint32_t jobid, struct slurm_jobstate *js);
+/* Blocking: the job id of run `run` of task `id` if slurmctld knows one
+ * (0: none), or -errno when squeue failed. */
+int64_t slurm_watch_lookup(uint64_t id, uint32_t run);
+/* Main thread, at the very end (before rok_stop): ends the watcher. */
+void slurm_watch_stop(void);
+
+/* ---- slurm.c ---------------------------------------------------------- */
+
+/* Set once rokd stops (before it cancels its tasks): running jobs are
+ * left to run, for the next start to adopt. */
+void slurm_shutdown(void);
+/* Main thread, after rok_stop: frees what recovery noted. */
+void slurm_free(void);
+
+#endif /* ROKD_SLURM_H */

@@ -106,6 +106,7 @@ struct jev {
 	/* JEV_SPAWN: the last event of a request carries its callback. */
 	journal_done_fn *done;
 	void *arg;
+	bool any_thread;              /* done may run on the journal thread */
 	union {
 		struct {
 			uid_t uid;
@@ -342,8 +343,9 @@ static void journal_free_chain(struct jev *e)
 	}
 }
 
-int journal_spawn(const struct journal_spawn_item *items, size_t n,
-                  journal_done_fn *done, void *arg)
+static int journal_spawn_chain(const struct journal_spawn_item *items,
+                               size_t n, journal_done_fn *done, void *arg,
+                               bool any_thread)
 {
 	struct jev *first = NULL, *last = NULL;
 
@@ -386,12 +388,25 @@ int journal_spawn(const struct journal_spawn_item *items, size_t n,
 		return -EINVAL;
 	last->done = done;
 	last->arg = arg;
+	last->any_thread = any_thread;
 	if (!journal_push(first, last, !config.durability_full &&
 	                  reactor_on_thread())) {
 		journal_free_chain(first);
 		return -ESHUTDOWN;
 	}
 	return 0;
+}
+
+int journal_spawn(const struct journal_spawn_item *items, size_t n,
+                  journal_done_fn *done, void *arg)
+{
+	return journal_spawn_chain(items, n, done, arg, false);
+}
+
+int journal_spawn_any(const struct journal_spawn_item *items, size_t n,
+                      journal_done_fn *done, void *arg)
+{
+	return journal_spawn_chain(items, n, done, arg, true);
 }
 
 /*
@@ -806,9 +821,12 @@ static void journal_run_prunes(struct jev *b)
  * After a commit: hands the spawn callbacks (ndone of them) to the reactor
  * (or, `here` on the reactor thread, runs them) and frees the batch in one
  * pass (a large batch is cold in the cache: every pass over it costs),
- * then runs the prunes it held.
+ * then runs the prunes it held.  With `direct` (the journal thread, rokd
+ * not stopping) the callbacks that may run anywhere run at once: once the
+ * stop began, rok_spawn would race rok_stop, or start the runtime again
+ * after it; the reactor refuses them cleanly then.
  */
-static void journal_done(struct jev *b, size_t ndone, bool here)
+static void journal_done(struct jev *b, size_t ndone, bool here, bool direct)
 {
 	struct journal_completion *c = NULL;
 	struct jev *prunes = NULL, **ptail = &prunes;
@@ -827,6 +845,11 @@ static void journal_done(struct jev *b, size_t ndone, bool here)
 			b->next = NULL;
 			*ptail = b;
 			ptail = &b->next;
+		} else if (b->type == JEV_SPAWN && b->done != NULL &&
+		           b->any_thread && direct) {
+			/* Its task starts from here: no reactor wake-up. */
+			b->done(b->arg, 0, NULL);
+			free(b);
 		} else {
 			if (c != NULL && b->type == JEV_SPAWN && b->done != NULL) {
 				c->cb[c->n].done = b->done;
@@ -836,7 +859,9 @@ static void journal_done(struct jev *b, size_t ndone, bool here)
 		}
 		b = next;
 	}
-	if (c != NULL && here) {
+	if (c != NULL && c->n == 0) {
+		free(c);
+	} else if (c != NULL && here) {
 		journal_complete_cb(c);
 	} else if (c != NULL) {
 		int rc = reactor_call(journal_complete_cb, c);
@@ -953,7 +978,7 @@ static void journal_flush_cb(void *arg)
 	if (wake)
 		pthread_cond_signal(&journal.cond);
 	if (b != NULL)
-		journal_done(b, ndone, true);
+		journal_done(b, ndone, true, false);
 }
 
 /* Lock held, journal thread: waits while the reactor commits. */
@@ -1046,6 +1071,7 @@ static void *journal_main(void *arg)
 		journal.head = journal.tail = NULL;
 		journal.urgent = false;
 		journal.prune_queued = false;
+		bool direct = !journal.stopping;
 		pthread_mutex_unlock(&journal.lock);
 
 		/* Retained updates go first: they are older. */
@@ -1065,7 +1091,7 @@ static void *journal_main(void *arg)
 			if (failing)
 				log_info("journal: writing again");
 			failing = false;
-			journal_done(b, ndone, false);
+			journal_done(b, ndone, false, direct);
 		} else {
 			journal_fail(b, rc);
 			/* Retried every 100 ms while updates are retained; a

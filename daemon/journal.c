@@ -186,6 +186,7 @@ static struct {
 	struct jev *head, *tail;      /* queued; under lock */
 	bool urgent;                  /* a spawn or prune queued; under lock */
 	bool sleeping, stopping, running;
+	bool lingering;               /* sleeping in journal_linger */
 	bool prune_queued;            /* a prune queued; under lock */
 	bool troubled;                /* the thread retries a failed commit;
 	                                 under lock, set when it sleeps */
@@ -313,7 +314,8 @@ static bool journal_push(struct jev *first, struct jev *last, bool inline_ok)
 	journal.tail = last;
 	journal.urgent |= urgent;
 	journal.prune_queued |= first->type == JEV_PRUNE;
-	bool wake = journal.sleeping && (urgent || was_empty);
+	bool wake = journal.sleeping &&
+	            (urgent || (was_empty && !journal.lingering));
 	bool hold = wake && inline_ok && !journal.troubled &&
 	            !journal.prune_queued && !journal.stopping;
 	pthread_mutex_unlock(&journal.lock);
@@ -1005,19 +1007,20 @@ static void journal_linger(void)
 		until.tv_sec++;
 		until.tv_nsec -= 1000000000;
 	}
-	journal.sleeping = true;
+	journal.sleeping = journal.lingering = true;
 	journal.troubled = false;   /* not while failing */
 	while (!journal.urgent && !journal.stopping &&
 	       pthread_cond_timedwait(&journal.cond, &journal.lock,
 	                              &until) == 0)
 		;
-	journal.sleeping = false;
+	journal.sleeping = journal.lingering = false;
 }
 
 static void *journal_main(void *arg)
 {
 	struct timespec next_prune;
 	bool failing = false;
+	bool linger_next = false;   /* the last commit started tasks */
 
 	(void)arg;
 	clock_gettime(CLOCK_MONOTONIC, &next_prune);
@@ -1037,7 +1040,21 @@ static void *journal_main(void *arg)
 		if (journal.head == NULL && journal.stopping &&
 		    journal.retained == NULL)
 			break;
-		if (journal.head == NULL && !journal.stopping) {
+		bool lingered = false;
+		if (journal.head == NULL && !journal.stopping && linger_next &&
+		    !failing && journal.retained == NULL) {
+			/* The tasks the last commit started send their start
+			 * and finish within microseconds: linger for them now,
+			 * so that their pushes need not wake the thread (the
+			 * first update into an empty queue of a thread asleep
+			 * does, to start the linger). */
+			linger_next = false;
+			lingered = true;
+			journal_linger();
+			journal_wait_inline();
+			if (journal.head == NULL && journal.retained == NULL)
+				continue;
+		} else if (journal.head == NULL && !journal.stopping) {
 			/* Sleep until an event, the next periodic prune, or
 			 * (while failing) the next retry. */
 			struct timespec until;
@@ -1061,7 +1078,7 @@ static void *journal_main(void *arg)
 				continue;
 		}
 		if (journal.head != NULL && !journal.urgent && !journal.stopping &&
-		    !failing)
+		    !failing && !lingered)
 			journal_linger();
 		journal_wait_inline();
 		/* The reactor may have committed it all meanwhile. */
@@ -1091,6 +1108,7 @@ static void *journal_main(void *arg)
 			if (failing)
 				log_info("journal: writing again");
 			failing = false;
+			linger_next = ndone > 0;
 			journal_done(b, ndone, false, direct);
 		} else {
 			journal_fail(b, rc);

@@ -40,7 +40,9 @@
  * batch with no spawn or prune in it is held for up to JOURNAL_LINGER_NS,
  * and the first spawn (or prune, or the stop) to come along is committed
  * together with it at once.  Only the first update into an empty queue
- * wakes the thread; later ones ride along.  A spawn is never held: the
+ * wakes the thread; later ones ride along.  After a commit that started
+ * tasks the thread lingers at once, before their updates come, and an
+ * update that finds it lingering wakes nothing.  A spawn is never held: the
  * acknowledgement path commits as soon as the thread is free.  The cost is
  * a window of at most the linger in which a crash forgets a finish that a
  * client may already have heard of (it existed before, as long as one
@@ -54,10 +56,9 @@
  * (tens of µs).  The spawn is queued without a signal and the commit runs
  * from an event made active on the reactor's loop, after every request
  * read in the same loop turn, so the spawns of all clients that came
- * together still share one commit.  While
- * the reactor commits (journal.inline_busy) it owns the write connection:
- * the thread, woken meanwhile by an update, waits for it before it touches
- * the database.  The thread keeps everything else: prunes, retries after a
+ * together still share one commit.  While the reactor commits
+ * (journal.inline_busy) it owns the write connection: the thread, woken
+ * meanwhile by an update, waits for it before it touches the database.  The thread keeps everything else: prunes, retries after a
  * failed commit (an inline commit that fails hands its batch back to the
  * thread, rolled back, to be tried again there), the stop, and at
  * durability = full every commit (an fsync of the reactor thread would

@@ -94,6 +94,12 @@
  * commit with (see above). */
 #define JOURNAL_LINGER_NS 5000000L
 
+/* Spawns of a batch up to which the thread starts the tasks answered by
+ * themselves (journal_spawn_any); a larger batch (many clients, or
+ * pipelined ones) goes to the reactor, which starts them while this
+ * thread commits the next batch: here the thread is the bottleneck. */
+#define JOURNAL_DIRECT_MAX 8
+
 enum {
 	JEV_SPAWN,
 	JEV_START,
@@ -1130,7 +1136,8 @@ static void *journal_main(void *arg)
 				log_info("journal: writing again");
 			failing = false;
 			linger_next = ndone > 0;
-			journal_done(b, ndone, false, direct);
+			journal_done(b, ndone, false,
+			             direct && ndone <= JOURNAL_DIRECT_MAX);
 		} else {
 			journal_fail(b, rc);
 			/* Retried every 100 ms while updates are retained; a

@@ -84,7 +84,11 @@ static void spawn_let_go(const struct spawn_pending *p)
 		conn_release(p->conn);
 }
 
-/* Reactor thread, after the commit (err 0) or its failure. */
+/*
+ * Reactor thread, after the commit (err 0) or its failure; for a spawn
+ * answered by its task, after a commit also the journal thread (see
+ * journal_spawn_any): that branch touches nothing of the reactor's.
+ */
 static void cmd_spawn_done(void *arg, int err, const char *msg)
 {
 	struct spawn_pending *p = arg;
@@ -183,7 +187,9 @@ void cmd_spawn(struct conn *c, const Request *req)
 		.group = sp->spec->group.data,
 		.group_len = sp->spec->group.len,
 	};
-	int e = journal_spawn(&item, 1, cmd_spawn_done, p);
+	int e = spawn_answered_by_task(p)
+	        ? journal_spawn_any(&item, 1, cmd_spawn_done, p)
+	        : journal_spawn(&item, 1, cmd_spawn_done, p);
 	if (e < 0) {
 		tasktab_discard(p->rec);
 		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__UNAVAILABLE,

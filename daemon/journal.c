@@ -40,12 +40,29 @@
  * batch with no spawn or prune in it is held for up to JOURNAL_LINGER_NS,
  * and the first spawn (or prune, or the stop) to come along is committed
  * together with it at once.  Only the first update into an empty queue
- * wakes the thread; later ones ride along.  A spawn is never held: the
+ * wakes the thread; later ones ride along.  After a commit that started
+ * tasks the thread lingers at once, before their updates come, and an
+ * update that finds it lingering wakes nothing.  A spawn is never held: the
  * acknowledgement path commits as soon as the thread is free.  The cost is
  * a window of at most the linger in which a crash forgets a finish that a
  * client may already have heard of (it existed before, as long as one
  * commit: the task is run again or recorded interrupted, as for a crash
  * while it ran).
+ *
+ * A spawn while the thread sleeps, at durability = normal, is committed
+ * on the reactor thread instead (journal_flush_ev_cb): waking the thread
+ * and having it wake the reactor back cost two sleeping-thread wake-ups,
+ * some 100 µs on a small VM, for a commit that does not wait for the disk
+ * (tens of µs).  The spawn is queued without a signal and the commit runs
+ * from an event made active on the reactor's loop, after every request
+ * read in the same loop turn, so the spawns of all clients that came
+ * together still share one commit.  While the reactor commits
+ * (journal.inline_busy) it owns the write connection: the thread, woken
+ * meanwhile by an update, waits for it before it touches the database.  The thread keeps everything else: prunes, retries after a
+ * failed commit (an inline commit that fails hands its batch back to the
+ * thread, rolled back, to be tried again there), the stop, and at
+ * durability = full every commit (an fsync of the reactor thread would
+ * stall every other client for its duration).
  *
  * durability = off: no journal.  Nothing is opened (the state directory's
  * lock is still taken: exec output lives there) and no thread runs; a
@@ -67,12 +84,21 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+#include <event2/event_struct.h>
+
 #include "journal.h"
 #include "reactor.h"
 
 /* How long a batch of updates alone waits for a spawn to share its
  * commit with (see above). */
 #define JOURNAL_LINGER_NS 5000000L
+
+/* Spawns of a batch up to which the thread starts the tasks answered by
+ * themselves (journal_spawn_any); a larger batch (many clients, or
+ * pipelined ones) goes to the reactor, which starts them while this
+ * thread commits the next batch: here the thread is the bottleneck. */
+#define JOURNAL_DIRECT_MAX 8
 
 enum {
 	JEV_SPAWN,
@@ -92,6 +118,7 @@ struct jev {
 	/* JEV_SPAWN: the last event of a request carries its callback. */
 	journal_done_fn *done;
 	void *arg;
+	bool any_thread;              /* done may run on the journal thread */
 	union {
 		struct {
 			uid_t uid;
@@ -174,6 +201,18 @@ static struct {
 	struct jev *head, *tail;      /* queued; under lock */
 	bool urgent;                  /* a spawn or prune queued; under lock */
 	bool sleeping, stopping, running;
+	bool lingering;               /* sleeping in journal_linger */
+	bool prune_queued;            /* a prune queued; under lock */
+	bool troubled;                /* the thread retries a failed commit;
+	                                 under lock, set when it sleeps */
+	bool inline_busy;             /* the reactor commits; under lock */
+	bool inline_waited;           /* the thread waits for that; idem */
+	/* Reactor thread only: an event made active (never added) to run
+	 * journal_flush_ev_cb later in the same loop turn.  Static storage: it
+	 * is never freed, and the base forgets it once it has run. */
+	struct event flush;
+	bool flush_ready;             /* flush assigned to the base */
+	bool flush_queued;
 	pthread_t thread;
 	sqlite3 *db;
 	sqlite3_stmt *st[JST_COUNT];
@@ -267,13 +306,17 @@ int journal_open(char *err, size_t len)
 
 /* ---- queueing (any thread) ---------------------------------------------- */
 
+static void journal_flush_ev_cb(evutil_socket_t fd, short what, void *arg);
+
 /*
  * Appends a chain first..last; false when stopped.  Wakes the thread for
  * a spawn or a prune (urgent), or for the first update into an empty
  * queue (which starts the linger); an update behind others waits for
- * their commit.
+ * their commit.  With `inline_ok` (a spawn on the reactor thread at
+ * durability = normal), a sleeping thread is left asleep and the commit
+ * is queued for the reactor (journal_flush_ev_cb).
  */
-static bool journal_push(struct jev *first, struct jev *last)
+static bool journal_push(struct jev *first, struct jev *last, bool inline_ok)
 {
 	bool urgent = first->type == JEV_SPAWN || first->type == JEV_PRUNE;
 
@@ -289,8 +332,30 @@ static bool journal_push(struct jev *first, struct jev *last)
 		journal.head = first;
 	journal.tail = last;
 	journal.urgent |= urgent;
-	bool wake = journal.sleeping && (urgent || was_empty);
+	journal.prune_queued |= first->type == JEV_PRUNE;
+	bool wake = journal.sleeping &&
+	            (urgent || (was_empty && !journal.lingering));
+	bool hold = wake && inline_ok && !journal.troubled &&
+	            !journal.prune_queued && !journal.stopping;
 	pthread_mutex_unlock(&journal.lock);
+	/* Queued after unlocking: journal.lock is a leaf. */
+	if (hold && !journal.flush_queued) {
+		/* After the events already active in this loop turn (the
+		 * other connections' requests read with this one), without
+		 * the eventfd round trip of a reactor_call. */
+		if (!journal.flush_ready) {
+			if (event_assign(&journal.flush, reactor_base(), -1, 0,
+			                 journal_flush_ev_cb, NULL) == 0)
+				journal.flush_ready = true;
+		}
+		if (journal.flush_ready) {
+			event_active(&journal.flush, EV_TIMEOUT, 0);
+			journal.flush_queued = true;
+		} else {
+			hold = false;   /* the thread takes it */
+		}
+	}
+	wake &= !hold;
 	/* Signalled after unlocking: a thread woken under our lock would
 	 * only block on it again (a second futex round trip per spawn).
 	 * The cond is static, and the waiter rechecks the queue under the
@@ -309,8 +374,9 @@ static void journal_free_chain(struct jev *e)
 	}
 }
 
-int journal_spawn(const struct journal_spawn_item *items, size_t n,
-                  journal_done_fn *done, void *arg)
+static int journal_spawn_chain(const struct journal_spawn_item *items,
+                               size_t n, journal_done_fn *done, void *arg,
+                               bool any_thread)
 {
 	struct jev *first = NULL, *last = NULL;
 
@@ -353,11 +419,25 @@ int journal_spawn(const struct journal_spawn_item *items, size_t n,
 		return -EINVAL;
 	last->done = done;
 	last->arg = arg;
-	if (!journal_push(first, last)) {
+	last->any_thread = any_thread;
+	if (!journal_push(first, last, !config.durability_full &&
+	                  reactor_on_thread())) {
 		journal_free_chain(first);
 		return -ESHUTDOWN;
 	}
 	return 0;
+}
+
+int journal_spawn(const struct journal_spawn_item *items, size_t n,
+                  journal_done_fn *done, void *arg)
+{
+	return journal_spawn_chain(items, n, done, arg, false);
+}
+
+int journal_spawn_any(const struct journal_spawn_item *items, size_t n,
+                      journal_done_fn *done, void *arg)
+{
+	return journal_spawn_chain(items, n, done, arg, true);
 }
 
 /*
@@ -385,7 +465,7 @@ static struct jev *journal_update_new(int type, uint64_t id, size_t extra,
 
 static void journal_push_one(struct jev *e)
 {
-	if (!journal_push(e, e)) {
+	if (!journal_push(e, e, false)) {
 		log_warnx("journal stopped: task %llu's update is not recorded",
 		          (unsigned long long)e->id);
 		free(e);
@@ -499,7 +579,7 @@ int journal_prune(uint64_t before_us, uint64_t keep, uint64_t keep_per_user,
 	e->u.pr.keep_per_user = keep_per_user;
 	e->u.pr.done = done;
 	e->u.pr.arg = arg;
-	if (!journal_push(e, e)) {
+	if (!journal_push(e, e, false)) {
 		free(e);
 		return -ESHUTDOWN;
 	}
@@ -782,10 +862,14 @@ static void journal_run_prunes(struct jev *b)
 
 /*
  * After a commit: hands the spawn callbacks (ndone of them) to the reactor
- * and frees the batch in one pass (a large batch is cold in the cache:
- * every pass over it costs), then runs the prunes it held.
+ * (or, `here` on the reactor thread, runs them) and frees the batch in one
+ * pass (a large batch is cold in the cache: every pass over it costs),
+ * then runs the prunes it held.  With `direct` (the journal thread, rokd
+ * not stopping) the callbacks that may run anywhere run at once: once the
+ * stop began, rok_spawn would race rok_stop, or start the runtime again
+ * after it; the reactor refuses them cleanly then.
  */
-static void journal_done(struct jev *b, size_t ndone)
+static void journal_done(struct jev *b, size_t ndone, bool here, bool direct)
 {
 	struct journal_completion *c = NULL;
 	struct jev *prunes = NULL, **ptail = &prunes;
@@ -804,6 +888,11 @@ static void journal_done(struct jev *b, size_t ndone)
 			b->next = NULL;
 			*ptail = b;
 			ptail = &b->next;
+		} else if (b->type == JEV_SPAWN && b->done != NULL &&
+		           b->any_thread && direct) {
+			/* Its task starts from here: no reactor wake-up. */
+			b->done(b->arg, 0, NULL);
+			free(b);
 		} else {
 			if (c != NULL && b->type == JEV_SPAWN && b->done != NULL) {
 				c->cb[c->n].done = b->done;
@@ -813,7 +902,11 @@ static void journal_done(struct jev *b, size_t ndone)
 		}
 		b = next;
 	}
-	if (c != NULL) {
+	if (c != NULL && c->n == 0) {
+		free(c);
+	} else if (c != NULL && here) {
+		journal_complete_cb(c);
+	} else if (c != NULL) {
 		int rc = reactor_call(journal_complete_cb, c);
 		if (rc < 0) {
 			log_errno(rc, "journal: cannot reach the reactor; %zu "
@@ -873,6 +966,77 @@ static void journal_fail(struct jev *b, int rc)
 }
 
 /*
+ * Reactor thread, queued by journal_push: commits what is queued here if
+ * the thread still sleeps and has nothing of its own to do (else it is
+ * woken to take it), and completes the batch's spawns at once.
+ */
+static void journal_flush_ev_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+	journal.flush_queued = false;
+	pthread_mutex_lock(&journal.lock);
+	struct jev *b = journal.head;
+	if (b == NULL || !journal.sleeping || journal.troubled ||
+	    journal.prune_queued || journal.stopping) {
+		/* Taken already, or the thread's to take: wake it if it
+		 * sleeps (it does not while it commits, and it looks at the
+		 * queue when done). */
+		bool wake = b != NULL && journal.sleeping;
+		pthread_mutex_unlock(&journal.lock);
+		if (wake)
+			pthread_cond_signal(&journal.cond);
+		return;
+	}
+	journal.head = journal.tail = NULL;
+	journal.urgent = false;
+	journal.inline_busy = true;
+	pthread_mutex_unlock(&journal.lock);
+
+	size_t ndone;
+	int64_t t0 = rok_now();
+	int rc = journal_commit(b, &ndone);
+	metrics_observe(METRICS_COMMIT, (rok_now() - t0) / 1000);
+
+	pthread_mutex_lock(&journal.lock);
+	journal.inline_busy = false;
+	bool wake = journal.inline_waited;
+	if (rc != SQLITE_OK) {
+		/* Rolled back: the thread tries again, and deals with a
+		 * second failure as with any (journal_fail).  The batch is
+		 * older than what came meanwhile: it goes first. */
+		struct jev *t = b;
+		while (t->next != NULL)
+			t = t->next;
+		t->next = journal.head;
+		if (journal.head == NULL)
+			journal.tail = t;
+		journal.head = b;
+		journal.urgent = true;
+		wake = true;
+		b = NULL;
+	}
+	pthread_mutex_unlock(&journal.lock);
+	/* The thread waits for the connection (journal_wait_inline), or,
+	 * after a failure, for the batch; else it is not disturbed. */
+	if (wake)
+		pthread_cond_signal(&journal.cond);
+	if (b != NULL)
+		journal_done(b, ndone, true, false);
+}
+
+/* Lock held, journal thread: waits while the reactor commits. */
+static void journal_wait_inline(void)
+{
+	while (journal.inline_busy) {
+		journal.inline_waited = true;
+		pthread_cond_wait(&journal.cond, &journal.lock);
+	}
+	journal.inline_waited = false;
+}
+
+/*
  * Lock held, updates alone queued: waits up to the linger for a spawn,
  * a prune or the stop to share their commit.
  */
@@ -886,24 +1050,27 @@ static void journal_linger(void)
 		until.tv_sec++;
 		until.tv_nsec -= 1000000000;
 	}
-	journal.sleeping = true;
+	journal.sleeping = journal.lingering = true;
+	journal.troubled = false;   /* not while failing */
 	while (!journal.urgent && !journal.stopping &&
 	       pthread_cond_timedwait(&journal.cond, &journal.lock,
 	                              &until) == 0)
 		;
-	journal.sleeping = false;
+	journal.sleeping = journal.lingering = false;
 }
 
 static void *journal_main(void *arg)
 {
 	struct timespec next_prune;
 	bool failing = false;
+	bool linger_next = false;   /* the last commit started tasks */
 
 	(void)arg;
 	clock_gettime(CLOCK_MONOTONIC, &next_prune);
 	pthread_mutex_lock(&journal.lock);
 	for (;;) {
 		struct timespec now;
+		journal_wait_inline();
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if (now.tv_sec >= next_prune.tv_sec && journal.head == NULL &&
 		    !failing) {
@@ -916,7 +1083,21 @@ static void *journal_main(void *arg)
 		if (journal.head == NULL && journal.stopping &&
 		    journal.retained == NULL)
 			break;
-		if (journal.head == NULL && !journal.stopping) {
+		bool lingered = false;
+		if (journal.head == NULL && !journal.stopping && linger_next &&
+		    !failing && journal.retained == NULL) {
+			/* The tasks the last commit started send their start
+			 * and finish within microseconds: linger for them now,
+			 * so that their pushes need not wake the thread (the
+			 * first update into an empty queue of a thread asleep
+			 * does, to start the linger). */
+			linger_next = false;
+			lingered = true;
+			journal_linger();
+			journal_wait_inline();
+			if (journal.head == NULL && journal.retained == NULL)
+				continue;
+		} else if (journal.head == NULL && !journal.stopping) {
 			/* Sleep until an event, the next periodic prune, or
 			 * (while failing) the next retry. */
 			struct timespec until;
@@ -931,18 +1112,26 @@ static void *journal_main(void *arg)
 				until.tv_sec += next_prune.tv_sec - now.tv_sec;
 			}
 			journal.sleeping = true;
+			journal.troubled = failing || journal.retained != NULL;
 			(void)pthread_cond_timedwait(&journal.cond, &journal.lock,
 			                             &until);
 			journal.sleeping = false;
+			journal_wait_inline();
 			if (journal.head == NULL && journal.retained == NULL)
 				continue;
 		}
 		if (journal.head != NULL && !journal.urgent && !journal.stopping &&
-		    !failing)
+		    !failing && !lingered)
 			journal_linger();
+		journal_wait_inline();
+		/* The reactor may have committed it all meanwhile. */
+		if (journal.head == NULL && journal.retained == NULL)
+			continue;
 		struct jev *b = journal.head;
 		journal.head = journal.tail = NULL;
 		journal.urgent = false;
+		journal.prune_queued = false;
+		bool direct = !journal.stopping;
 		pthread_mutex_unlock(&journal.lock);
 
 		/* Retained updates go first: they are older. */
@@ -962,7 +1151,9 @@ static void *journal_main(void *arg)
 			if (failing)
 				log_info("journal: writing again");
 			failing = false;
-			journal_done(b, ndone);
+			linger_next = ndone > 0;
+			journal_done(b, ndone, false,
+			             direct && ndone <= JOURNAL_DIRECT_MAX);
 		} else {
 			journal_fail(b, rc);
 			/* Retried every 100 ms while updates are retained; a

@@ -67,6 +67,16 @@ struct journal_spawn_item {
 typedef void journal_done_fn(void *arg, int err, const char *msg);
 int journal_spawn(const struct journal_spawn_item *items, size_t n,
                   journal_done_fn *done, void *arg);
+/*
+ * Like journal_spawn, but after a commit done(arg, 0, NULL) may run on the
+ * journal thread, for a callback that touches nothing of the reactor's
+ * (only locked or any-thread state: the task table, rok_spawn, reply_post).
+ * A failure is still completed on the reactor thread.  It saves the
+ * reactor's wake-up between the commit and the start of a task that
+ * answers by itself.
+ */
+int journal_spawn_any(const struct journal_spawn_item *items, size_t n,
+                      journal_done_fn *done, void *arg);
 
 /* Any thread: state changes of a task whose spawn is in the journal.  A
  * write that fails stays queued and is tried again with the next batch. */

@@ -625,12 +625,25 @@ static void worker_park(struct worker *w)
 	monitor_poke();
 }
 
+/*
+ * The last searcher to find work wakes another to keep looking, if work
+ * is left for it.  Not when none is: a request that hops from the reactor
+ * to a worker would wake a second worker every time, only for it to spin
+ * and park again, on the CPU the reply needs next.  Work pushed while we
+ * searched woke nobody (a searcher counted); either its producer sees our
+ * count drop and wakes a worker itself, or we see its work here: the
+ * fence pairs with the one in idle_notify (store-buffering, both sides
+ * seq_cst).
+ */
 static void worker_found_work(struct worker *w)
 {
 	if (!w->searching)
 		return;
 	w->searching = false;
-	if (idle_end_search(&executor.idle))
+	if (!idle_end_search(&executor.idle))
+		return;
+	atomic_thread_fence(memory_order_seq_cst);
+	if (worker_any_work())
 		executor_notify();   /* keep someone looking */
 }
 

@@ -64,6 +64,11 @@
  * durability = full every commit (an fsync of the reactor thread would
  * stall every other client for its duration).
  *
+ * At rokd's stop, journal_detach (right before rok_stop) ends the
+ * answers: what is committed from then on is written but starts nothing
+ * and answers nobody, since a reactor_call or a rok_spawn after rok_stop
+ * would start the runtime again, for connections freed by then.
+ *
  * durability = off: no journal.  Nothing is opened (the state directory's
  * lock is still taken: exec output lives there) and no thread runs; a
  * spawn's callback runs at once, inline on the reactor thread, updates
@@ -207,6 +212,12 @@ static struct {
 	                                 under lock, set when it sleeps */
 	bool inline_busy;             /* the reactor commits; under lock */
 	bool inline_waited;           /* the thread waits for that; idem */
+	/* journal_detach was called: the thread runs no callback and hands
+	 * nothing to the reactor any more.  in_calls: it is doing either
+	 * (journal_calls_begin); both under lock, journal_detach_cond
+	 * signalled when in_calls falls. */
+	bool detached, in_calls;
+	bool live;                    /* journal thread only: in_calls */
 	/* Reactor thread only: an event made active (never added) to run
 	 * journal_flush_ev_cb later in the same loop turn.  Static storage: it
 	 * is never freed, and the base forgets it once it has run. */
@@ -227,6 +238,9 @@ static struct {
 /* The journal thread's timed waits (the linger, the idle sleep) count on
  * the monotonic clock: a step of the wall clock must not stretch them. */
 static pthread_once_t journal_cond_once = PTHREAD_ONCE_INIT;
+/* journal_detach's wait (untimed; apart from journal.cond, whose single
+ * signals are meant for the thread). */
+static pthread_cond_t journal_detach_cond = PTHREAD_COND_INITIALIZER;
 
 static void journal_cond_init(void)
 {
@@ -275,6 +289,7 @@ int journal_open(char *err, size_t len)
 {
 	pthread_once(&journal_cond_once, journal_cond_init);
 	journal.stopping = false;
+	journal.detached = false;
 	if (journal_lock(err, len) < 0)
 		return -1;
 	if (config.durability_off) {
@@ -808,6 +823,36 @@ static int journal_commit(const struct jev *b, size_t *ndone)
 	return rc;
 }
 
+/*
+ * Journal thread: before it answers a batch (journal_done, journal_fail).
+ * False once journal_detach was called: rokd's stop is at rok_stop, after
+ * which a reactor_call would start the runtime again (executor_ensure),
+ * to run callbacks on connections freed by then.
+ */
+static bool journal_calls_begin(void)
+{
+	pthread_mutex_lock(&journal.lock);
+	journal.live = journal.in_calls = !journal.detached;
+	pthread_mutex_unlock(&journal.lock);
+	return journal.live;
+}
+
+static void journal_calls_end(void)
+{
+	if (!journal.live)
+		return;
+	pthread_mutex_lock(&journal.lock);
+	journal.live = journal.in_calls = false;
+	pthread_cond_broadcast(&journal_detach_cond);
+	pthread_mutex_unlock(&journal.lock);
+}
+
+/* Journal thread: reactor_call, refused (-ESHUTDOWN) once detached. */
+static int journal_reactor_call(void (*fn)(void *arg), void *arg)
+{
+	return journal.live ? reactor_call(fn, arg) : -ESHUTDOWN;
+}
+
 /* Hands the spawn callbacks of batch b to the reactor thread. */
 static void journal_complete(const struct jev *b, int err, const char *msg)
 {
@@ -832,7 +877,7 @@ static void journal_complete(const struct jev *b, int err, const char *msg)
 			c->cb[c->n++].arg = e->arg;
 		}
 	}
-	int rc = reactor_call(journal_complete_cb, c);
+	int rc = journal_reactor_call(journal_complete_cb, c);
 	if (rc < 0) {
 		log_errno(rc, "journal: cannot reach the reactor; %zu spawns "
 		          "go unanswered", n);
@@ -855,7 +900,7 @@ static void journal_run_prunes(struct jev *b)
 		p->done = e->u.pr.done;
 		p->arg = e->u.pr.arg;
 		p->n = n;
-		if (reactor_call(journal_pruned_cb, p) < 0)
+		if (journal_reactor_call(journal_pruned_cb, p) < 0)
 			free(p);
 	}
 }
@@ -864,10 +909,11 @@ static void journal_run_prunes(struct jev *b)
  * After a commit: hands the spawn callbacks (ndone of them) to the reactor
  * (or, `here` on the reactor thread, runs them) and frees the batch in one
  * pass (a large batch is cold in the cache: every pass over it costs),
- * then runs the prunes it held.  With `direct` (the journal thread, rokd
- * not stopping) the callbacks that may run anywhere run at once: once the
- * stop began, rok_spawn would race rok_stop, or start the runtime again
- * after it; the reactor refuses them cleanly then.
+ * then runs the prunes it held.  With `direct` (the journal thread, not
+ * detached) the callbacks that may run anywhere run at once.  Detached
+ * (journal_detach, before rok_stop) nothing runs and nothing goes to the
+ * reactor: rok_spawn would race rok_stop, or start the runtime again
+ * after it, as would a reactor_call, and the connections are freed.
  */
 static void journal_done(struct jev *b, size_t ndone, bool here, bool direct)
 {
@@ -907,7 +953,7 @@ static void journal_done(struct jev *b, size_t ndone, bool here, bool direct)
 	} else if (c != NULL && here) {
 		journal_complete_cb(c);
 	} else if (c != NULL) {
-		int rc = reactor_call(journal_complete_cb, c);
+		int rc = journal_reactor_call(journal_complete_cb, c);
 		if (rc < 0) {
 			log_errno(rc, "journal: cannot reach the reactor; %zu "
 			          "spawns go unanswered", c->n);
@@ -953,7 +999,8 @@ static void journal_fail(struct jev *b, int rc)
 			if (p != NULL) {
 				*p = (struct journal_pruned){ b->u.pr.done,
 				                              b->u.pr.arg, -EIO };
-				if (reactor_call(journal_pruned_cb, p) < 0)
+				if (journal_reactor_call(journal_pruned_cb,
+				                         p) < 0)
 					free(p);
 			}
 			free(b);
@@ -1131,7 +1178,6 @@ static void *journal_main(void *arg)
 		journal.head = journal.tail = NULL;
 		journal.urgent = false;
 		journal.prune_queued = false;
-		bool direct = !journal.stopping;
 		pthread_mutex_unlock(&journal.lock);
 
 		/* Retained updates go first: they are older. */
@@ -1152,10 +1198,16 @@ static void *journal_main(void *arg)
 				log_info("journal: writing again");
 			failing = false;
 			linger_next = ndone > 0;
-			journal_done(b, ndone, false,
-			             direct && ndone <= JOURNAL_DIRECT_MAX);
+			/* Decided now, not when the batch was taken: rokd's
+			 * stop may have reached rok_stop during the commit. */
+			bool live = journal_calls_begin();
+			journal_done(b, ndone, false, live &&
+			             ndone <= JOURNAL_DIRECT_MAX);
+			journal_calls_end();
 		} else {
+			(void)journal_calls_begin();
 			journal_fail(b, rc);
+			journal_calls_end();
 			/* Retried every 100 ms while updates are retained; a
 			 * batch of spawns alone was answered and is over. */
 			failing = journal.retained != NULL;
@@ -1194,6 +1246,15 @@ int journal_start(void)
 		return -err;
 	journal.running = true;
 	return 0;
+}
+
+void journal_detach(void)
+{
+	pthread_mutex_lock(&journal.lock);
+	journal.detached = true;
+	while (journal.in_calls)
+		pthread_cond_wait(&journal_detach_cond, &journal.lock);
+	pthread_mutex_unlock(&journal.lock);
 }
 
 void journal_stop(void)

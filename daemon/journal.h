@@ -38,6 +38,14 @@ int journal_schema_exec(sqlite3 *db, const char *sql, char *err, size_t len);
 int journal_open(char *err, size_t len);
 /* Main thread, after recovery: starts the journal thread. */
 int journal_start(void);
+/*
+ * Main thread, right before rok_stop: from here on the journal thread
+ * answers nothing (no spawn or prune callback runs, on any thread): a
+ * reactor_call or rok_spawn after rok_stop would start the runtime again,
+ * for connections freed by then.  Queued work is still written.  Returns
+ * once the thread is not answering a batch.
+ */
+void journal_detach(void);
 /* Main thread, at the very end: writes what is queued, stops the thread,
  * closes the database. */
 void journal_stop(void);

@@ -505,6 +505,10 @@ int main(int argc, char **argv)
 			for (int i = 0; i < 100 && !conn_all_closed(); i++)
 				usleep(10000);
 	}
+	/* The clients are answered or gone: a spawn committed from here on is
+	 * not started (its task is run at the next start, as after a crash),
+	 * and nothing may start the runtime again after rok_stop. */
+	journal_detach();
 	if ((err = rok_stop()) < 0)
 		log_errno(err, "stopping the runtime");
 	else

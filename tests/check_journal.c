@@ -28,6 +28,7 @@
 
 #include "exec.h"
 #include "journal.h"
+#include "reactor.h"
 #include "testutil.h"
 
 static char jdir[64];
@@ -356,6 +357,66 @@ static void jspawn(uint64_t id, const char *kind, uint32_t retry)
 	ck_assert_int_eq(sem_wait(&jdone), 0);
 	ck_assert_int_eq(atomic_load(&jdone_err), 0);
 }
+
+static _Atomic int jdone_on_reactor = -1;
+
+static void jdone_where_cb(void *arg, int err, const char *msg)
+{
+	atomic_store(&jdone_on_reactor, reactor_on_thread() ? 1 : 0);
+	jdone_cb(arg, err, msg);
+}
+
+static void jbarrier_cb(void *arg)
+{
+	sem_post(arg);
+}
+
+/*
+ * journal_spawn_any: the callback runs on the journal thread right after
+ * the commit; once detached (journal_detach, rokd's last step before
+ * rok_stop) the commit is still made but no callback runs anywhere: the
+ * journal thread would rok_spawn across rok_stop or after it (starting
+ * the runtime again), as would a reactor_call, for a freed connection.
+ */
+START_TEST(spawn_any_then_detach)
+{
+	TaskSpec spec = ROK__V1__TASK_SPEC__INIT;
+	uint8_t buf[256];
+
+	jstart();
+	spec.kind.data = (uint8_t *)"noop";
+	spec.kind.len = 4;
+	for (uint64_t id = 1; id <= 3; id++) {
+		struct journal_spawn_item it = {
+			.id = id, .uid = 0, .kind = "noop", .spec = buf,
+			.spec_len = rok__v1__task_spec__pack(&spec, buf),
+			.spawned_us = 1,
+		};
+		if (id == 2)
+			journal_detach();
+		ck_assert_int_eq(id == 3 ? journal_spawn(&it, 1, jdone_cb, NULL)
+		                         : journal_spawn_any(&it, 1,
+		                                             jdone_where_cb,
+		                                             NULL), 0);
+		if (id > 1)
+			continue;
+		ck_assert_int_eq(sem_wait(&jdone), 0);
+		ck_assert_int_eq(atomic_load(&jdone_err), 0);
+		ck_assert_int_eq(atomic_load(&jdone_on_reactor), 0);
+	}
+	journal_stop();   /* writes what is queued, answers nothing */
+	ck_assert_int_eq(jquery("SELECT count(*) FROM tasks"), 3);
+	/* The runtime runs on here: a callback handed to the reactor would
+	 * run before this call (the calls are run in order), and one run by
+	 * the journal thread has run before journal_stop joined it. */
+	sem_t barrier;
+	ck_assert_int_eq(sem_init(&barrier, 0, 0), 0);
+	ck_assert_int_eq(reactor_call(jbarrier_cb, &barrier), 0);
+	ck_assert_int_eq(sem_wait(&barrier), 0);
+	ck_assert_int_eq(sem_trywait(&jdone), -1);
+	jcleanup();
+}
+END_TEST
 
 /*
  * journal_read_ids by group: none (every row), "default" (rows without a
@@ -711,6 +772,7 @@ static Suite *journal_suite(void)
 		  schema_migrates_2_with_groups },
 		{ "commit_then_complete", commit_then_complete },
 		{ "read_ids_by_group", read_ids_by_group },
+		{ "spawn_any_then_detach", spawn_any_then_detach },
 		{ "exec_group_rows", exec_group_rows },
 		{ "orphans_rules", orphans_rules },
 		{ "prune_keeps_max_id", prune_keeps_max_id },

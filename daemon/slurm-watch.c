@@ -157,8 +157,10 @@ static void slurm_watch_line(char *line, const char *prefix, size_t plen)
 	snprintf(w->js.why, sizeof(w->js.why), "%s", why ? f[4] : "");
 }
 
-/* squeue's argv into argv[10] (its strings are constant). */
-static char *const *slurm_watch_argv(char **argv, char *name_filter)
+/* squeue's argv into argv[12] (its strings are constant); name_filter
+ * and user (NULL: none) are borrowed. */
+static char *const *slurm_watch_argv(char **argv, char *name_filter,
+                                     char *user)
 {
 	static const char fmt[] = "JobID:|,State:|,Name:|,exit_code:|,Reason:|";
 	int k = 0;
@@ -173,6 +175,10 @@ static char *const *slurm_watch_argv(char **argv, char *name_filter)
 		argv[k++] = (char *)"-n";
 		argv[k++] = name_filter;
 	}
+	if (user != NULL) {
+		argv[k++] = (char *)"-u";
+		argv[k++] = user;
+	}
 	argv[k] = NULL;
 	return argv;
 }
@@ -182,8 +188,8 @@ static int slurm_watch_query(char *out)
 {
 	if (slurm_cmd_path("squeue") == NULL)
 		return -1;
-	char *argv[10];
-	int st = slurm_cmd_run(slurm_watch_argv(argv, NULL), NULL, NULL, NULL, out,
+	char *argv[12];
+	int st = slurm_cmd_run(slurm_watch_argv(argv, NULL, NULL), NULL, NULL, NULL, out,
 	                       SLURM_WATCH_OUT);
 	if (st != 0) {
 		log_warnx("slurm: squeue failed (%d): %.200s", st, out);
@@ -287,16 +293,20 @@ void slurm_watch_get(uint32_t jobid, struct slurm_jobstate *js)
 	pthread_mutex_unlock(&sw.lock);
 }
 
-int64_t slurm_watch_lookup(uint64_t id, uint32_t run)
+int64_t slurm_watch_lookup(uint64_t id, uint32_t run, uid_t uid)
 {
-	char name[64], out[4096];
+	char name[64], user[16], out[4096];
 
 	if (slurm_cmd_path("squeue") == NULL)
 		return -ENOENT;
 	slurm_watch_name(id, run, name, sizeof(name));
-	char *argv[10];
-	int st = slurm_cmd_run(slurm_watch_argv(argv, name), NULL, NULL, NULL, out,
-	                       sizeof(out));
+	/* Only the jobs of the user the run is submitted as: anyone may
+	 * name a job of theirs rok-TAG-ID-RUN, and it must not be taken
+	 * for another user's task. */
+	snprintf(user, sizeof(user), "%u", (unsigned)uid);
+	char *argv[12];
+	int st = slurm_cmd_run(slurm_watch_argv(argv, name, user), NULL, NULL,
+	                       NULL, out, sizeof(out));
 	if (st != 0)
 		return st < 0 ? st : -EIO;
 	/* The newest of that name, should there be more than one. */

@@ -258,7 +258,8 @@ static void *slurm_submit_main(void *arg)
 		/* Submitted before rokd stopped, or by a try whose answer
 		 * was lost?  Then that job is this run's: adopted, never
 		 * submitted again. */
-		int64_t j = slurm_watch_lookup(s->id, s->run);
+		int64_t j = slurm_watch_lookup(s->id, s->run,
+		                               as_user ? s->uid : geteuid());
 		if (j < 0) {
 			snprintf(s->reason, sizeof(s->reason), "squeue failed "
 			         "(is slurmctld up?): cannot tell whether job "

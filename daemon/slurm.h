@@ -64,9 +64,9 @@ int slurm_watch_add(uint32_t jobid);
 void slurm_watch_remove(uint32_t jobid);
 /* Any thread: what the last query saw of jobid. */
 void slurm_watch_get(uint32_t jobid, struct slurm_jobstate *js);
-/* Blocking: the job id of run `run` of task `id` if slurmctld knows one
- * (0: none), or -errno when squeue failed. */
-int64_t slurm_watch_lookup(uint64_t id, uint32_t run);
+/* Blocking: the job id of run `run` of task `id` among uid's jobs if
+ * slurmctld knows one (0: none), or -errno when squeue failed. */
+int64_t slurm_watch_lookup(uint64_t id, uint32_t run, uid_t uid);
 /* Main thread, at the very end (before rok_stop): ends the watcher. */
 void slurm_watch_stop(void);
 

@@ -79,6 +79,15 @@ int slurm_watch_init(void)
 		if ((err = slurm_watch_mkdir(out)) < 0)
 			return err;
 	}
+	/* rokd as root makes and chowns each task's directory in it: were
+	 * it writable by others, one could put a link to anything there
+	 * under a task's id, and have rokd chown that. */
+	struct stat st;
+	if (stat(out, &st) != 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+		return -EPERM;
 	if (snprintf(sw.dir, sizeof(sw.dir), "%s", out) >= (int)sizeof(sw.dir))
 		return -ENAMETOOLONG;
 	/* FNV-1a of the state directory: stable across restarts. */

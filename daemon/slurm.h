@@ -51,7 +51,8 @@ struct slurm_jobstate {
 /* Main thread, at start: the job-name tag of this rokd (from its state
  * directory), the poll interval, and the output directory made
  * (slurm_output_dir, or <state_dir>/slurm): 0 or -errno (-EINVAL: not an
- * absolute path). */
+ * absolute path; -EPERM: not a directory of rokd's uid that group and
+ * others may not write). */
 int slurm_watch_init(void);
 /* The output directory, absolute (borrowed). */
 const char *slurm_watch_dir(void);

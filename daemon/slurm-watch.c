@@ -7,8 +7,10 @@
  * it was asked to watch, the last state seen, in a table under one mutex.
  * The cost to rokd and to slurmctld is one query per interval however
  * many jobs run; the tasks (slurm.c) read the table when they wake, which
- * costs no query.  Only jobs named rok-TAG-* are looked at (TAG: this
- * rokd's, from its state directory), so two rokds can share a cluster.
+ * costs no query.  A line is matched to a job by its id alone: the query
+ * shows no field a user chooses (a job name with a newline in it would
+ * add a line of that user's making), and jobs rokd does not watch, of
+ * other users or another rokd, are skipped.
  * A job that the query no longer lists (purged by slurmctld, MinJobAge)
  * becomes SLURM_GONE after two full queries that miss it.  A failed query
  * (slurmctld down) changes nothing: the jobs keep their last state.
@@ -139,16 +141,16 @@ static struct slurm_watched *slurm_watch_find(uint32_t jobid)
 	return NULL;
 }
 
-/* One line: JOBID|STATE|NAME|EXIT_CODE|REASON|.  Lock held. */
-static void slurm_watch_line(char *line, const char *prefix, size_t plen)
+/* One line: JOBID|STATE|EXIT_CODE|REASON|.  Lock held. */
+static void slurm_watch_line(char *line)
 {
-	char *f[5], *save = NULL;
+	char *f[4], *save = NULL;
 	int n = 0;
 
-	for (char *t = strtok_r(line, "|", &save); t != NULL && n < 5;
+	for (char *t = strtok_r(line, "|", &save); t != NULL && n < 4;
 	     t = strtok_r(NULL, "|", &save))
 		f[n++] = t;
-	if (n < 4 || strncmp(f[2], prefix, plen) != 0)
+	if (n < 3)
 		return;
 	char *end;
 	unsigned long id = strtoul(f[0], &end, 10);
@@ -159,11 +161,11 @@ static void slurm_watch_line(char *line, const char *prefix, size_t plen)
 		return;
 	w->misses = -1;   /* seen in this query */
 	w->js.state = slurm_watch_state(f[1]);
-	w->js.status = (int)strtol(f[3], NULL, 10);
-	bool why = n == 5 && strcmp(f[4], "None") != 0;
+	w->js.status = (int)strtol(f[2], NULL, 10);
+	bool why = n == 4 && strcmp(f[3], "None") != 0;
 	snprintf(w->js.reason, sizeof(w->js.reason), "%s%s%s", f[1],
-	         why ? ": " : "", why ? f[4] : "");
-	snprintf(w->js.why, sizeof(w->js.why), "%s", why ? f[4] : "");
+	         why ? ": " : "", why ? f[3] : "");
+	snprintf(w->js.why, sizeof(w->js.why), "%s", why ? f[3] : "");
 }
 
 /* squeue's argv into argv[12] (its strings are constant); name_filter
@@ -171,7 +173,9 @@ static void slurm_watch_line(char *line, const char *prefix, size_t plen)
 static char *const *slurm_watch_argv(char **argv, char *name_filter,
                                      char *user)
 {
-	static const char fmt[] = "JobID:|,State:|,Name:|,exit_code:|,Reason:|";
+	/* No field a user chooses (a job's name may hold a newline, and
+	 * with it a line of its own): the query lists every user's jobs. */
+	static const char fmt[] = "JobID:|,State:|,exit_code:|,Reason:|";
 	int k = 0;
 
 	argv[k++] = (char *)slurm_cmd_path("squeue");
@@ -210,11 +214,8 @@ static int slurm_watch_query(char *out)
 static void *slurm_watch_main(void *arg)
 {
 	char *out = malloc(SLURM_WATCH_OUT);
-	char prefix[32];
 
 	(void)arg;
-	snprintf(prefix, sizeof(prefix), "rok-%s-", sw.tag);
-	size_t plen = strlen(prefix);
 	pthread_mutex_lock(&sw.lock);
 	while (!sw.stop) {
 		struct timespec ts;
@@ -236,7 +237,7 @@ static void *slurm_watch_main(void *arg)
 		char *save = NULL;
 		for (char *l = strtok_r(out, "\n", &save); l != NULL;
 		     l = strtok_r(NULL, "\n", &save))
-			slurm_watch_line(l, prefix, plen);
+			slurm_watch_line(l);
 		for (size_t i = 0; i < sw.n; i++) {
 			struct slurm_watched *w = &sw.v[i];
 			if (w->misses >= 0 && ++w->misses >= 2 &&

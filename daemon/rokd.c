@@ -423,7 +423,8 @@ int main(int argc, char **argv)
 		       config.slurm_output_dir != NULL ? config.slurm_output_dir
 		       : "<state_dir>/slurm", err == -EINVAL
 		       ? "slurm_output_dir must be an absolute path"
-		       : strerror(-err));
+		       : err == -EPERM ? "not a directory of rokd's uid that "
+		       "group and others may not write" : strerror(-err));
 	/* Before the socket: a port that cannot be bound stops rokd before
 	 * any client could connect. */
 	if (metrics_http_open(jerr, sizeof(jerr)) < 0)

@@ -7,8 +7,10 @@
  * it was asked to watch, the last state seen, in a table under one mutex.
  * The cost to rokd and to slurmctld is one query per interval however
  * many jobs run; the tasks (slurm.c) read the table when they wake, which
- * costs no query.  Only jobs named rok-TAG-* are looked at (TAG: this
- * rokd's, from its state directory), so two rokds can share a cluster.
+ * costs no query.  A line is matched to a job by its id alone: the query
+ * shows no field a user chooses (a job name with a newline in it would
+ * add a line of that user's making), and jobs rokd does not watch, of
+ * other users or another rokd, are skipped.
  * A job that the query no longer lists (purged by slurmctld, MinJobAge)
  * becomes SLURM_GONE after two full queries that miss it.  A failed query
  * (slurmctld down) changes nothing: the jobs keep their last state.
@@ -79,6 +81,15 @@ int slurm_watch_init(void)
 		if ((err = slurm_watch_mkdir(out)) < 0)
 			return err;
 	}
+	/* rokd as root makes and chowns each task's directory in it: were
+	 * it writable by others, one could put a link to anything there
+	 * under a task's id, and have rokd chown that. */
+	struct stat st;
+	if (stat(out, &st) != 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+		return -EPERM;
 	if (snprintf(sw.dir, sizeof(sw.dir), "%s", out) >= (int)sizeof(sw.dir))
 		return -ENAMETOOLONG;
 	/* FNV-1a of the state directory: stable across restarts. */
@@ -130,16 +141,16 @@ static struct slurm_watched *slurm_watch_find(uint32_t jobid)
 	return NULL;
 }
 
-/* One line: JOBID|STATE|NAME|EXIT_CODE|REASON|.  Lock held. */
-static void slurm_watch_line(char *line, const char *prefix, size_t plen)
+/* One line: JOBID|STATE|EXIT_CODE|REASON|.  Lock held. */
+static void slurm_watch_line(char *line)
 {
-	char *f[5], *save = NULL;
+	char *f[4], *save = NULL;
 	int n = 0;
 
-	for (char *t = strtok_r(line, "|", &save); t != NULL && n < 5;
+	for (char *t = strtok_r(line, "|", &save); t != NULL && n < 4;
 	     t = strtok_r(NULL, "|", &save))
 		f[n++] = t;
-	if (n < 4 || strncmp(f[2], prefix, plen) != 0)
+	if (n < 3)
 		return;
 	char *end;
 	unsigned long id = strtoul(f[0], &end, 10);
@@ -150,17 +161,21 @@ static void slurm_watch_line(char *line, const char *prefix, size_t plen)
 		return;
 	w->misses = -1;   /* seen in this query */
 	w->js.state = slurm_watch_state(f[1]);
-	w->js.status = (int)strtol(f[3], NULL, 10);
-	bool why = n == 5 && strcmp(f[4], "None") != 0;
+	w->js.status = (int)strtol(f[2], NULL, 10);
+	bool why = n == 4 && strcmp(f[3], "None") != 0;
 	snprintf(w->js.reason, sizeof(w->js.reason), "%s%s%s", f[1],
-	         why ? ": " : "", why ? f[4] : "");
-	snprintf(w->js.why, sizeof(w->js.why), "%s", why ? f[4] : "");
+	         why ? ": " : "", why ? f[3] : "");
+	snprintf(w->js.why, sizeof(w->js.why), "%s", why ? f[3] : "");
 }
 
-/* squeue's argv into argv[10] (its strings are constant). */
-static char *const *slurm_watch_argv(char **argv, char *name_filter)
+/* squeue's argv into argv[12] (its strings are constant); name_filter
+ * and user (NULL: none) are borrowed. */
+static char *const *slurm_watch_argv(char **argv, char *name_filter,
+                                     char *user)
 {
-	static const char fmt[] = "JobID:|,State:|,Name:|,exit_code:|,Reason:|";
+	/* No field a user chooses (a job's name may hold a newline, and
+	 * with it a line of its own): the query lists every user's jobs. */
+	static const char fmt[] = "JobID:|,State:|,exit_code:|,Reason:|";
 	int k = 0;
 
 	argv[k++] = (char *)slurm_cmd_path("squeue");
@@ -173,6 +188,10 @@ static char *const *slurm_watch_argv(char **argv, char *name_filter)
 		argv[k++] = (char *)"-n";
 		argv[k++] = name_filter;
 	}
+	if (user != NULL) {
+		argv[k++] = (char *)"-u";
+		argv[k++] = user;
+	}
 	argv[k] = NULL;
 	return argv;
 }
@@ -182,8 +201,8 @@ static int slurm_watch_query(char *out)
 {
 	if (slurm_cmd_path("squeue") == NULL)
 		return -1;
-	char *argv[10];
-	int st = slurm_cmd_run(slurm_watch_argv(argv, NULL), NULL, NULL, NULL, out,
+	char *argv[12];
+	int st = slurm_cmd_run(slurm_watch_argv(argv, NULL, NULL), NULL, NULL, NULL, out,
 	                       SLURM_WATCH_OUT);
 	if (st != 0) {
 		log_warnx("slurm: squeue failed (%d): %.200s", st, out);
@@ -195,11 +214,8 @@ static int slurm_watch_query(char *out)
 static void *slurm_watch_main(void *arg)
 {
 	char *out = malloc(SLURM_WATCH_OUT);
-	char prefix[32];
 
 	(void)arg;
-	snprintf(prefix, sizeof(prefix), "rok-%s-", sw.tag);
-	size_t plen = strlen(prefix);
 	pthread_mutex_lock(&sw.lock);
 	while (!sw.stop) {
 		struct timespec ts;
@@ -221,7 +237,7 @@ static void *slurm_watch_main(void *arg)
 		char *save = NULL;
 		for (char *l = strtok_r(out, "\n", &save); l != NULL;
 		     l = strtok_r(NULL, "\n", &save))
-			slurm_watch_line(l, prefix, plen);
+			slurm_watch_line(l);
 		for (size_t i = 0; i < sw.n; i++) {
 			struct slurm_watched *w = &sw.v[i];
 			if (w->misses >= 0 && ++w->misses >= 2 &&
@@ -287,16 +303,20 @@ void slurm_watch_get(uint32_t jobid, struct slurm_jobstate *js)
 	pthread_mutex_unlock(&sw.lock);
 }
 
-int64_t slurm_watch_lookup(uint64_t id, uint32_t run)
+int64_t slurm_watch_lookup(uint64_t id, uint32_t run, uid_t uid)
 {
-	char name[64], out[4096];
+	char name[64], user[16], out[4096];
 
 	if (slurm_cmd_path("squeue") == NULL)
 		return -ENOENT;
 	slurm_watch_name(id, run, name, sizeof(name));
-	char *argv[10];
-	int st = slurm_cmd_run(slurm_watch_argv(argv, name), NULL, NULL, NULL, out,
-	                       sizeof(out));
+	/* Only the jobs of the user the run is submitted as: anyone may
+	 * name a job of theirs rok-TAG-ID-RUN, and it must not be taken
+	 * for another user's task. */
+	snprintf(user, sizeof(user), "%u", (unsigned)uid);
+	char *argv[12];
+	int st = slurm_cmd_run(slurm_watch_argv(argv, name, user), NULL, NULL,
+	                       NULL, out, sizeof(out));
 	if (st != 0)
 		return st < 0 ? st : -EIO;
 	/* The newest of that name, should there be more than one. */

@@ -113,6 +113,7 @@ struct slurm_job {
 	char why[200];              /* what `waiting` shows now */
 	bool running;               /* marked running (tasktab_running) */
 	bool warned;                /* logged that slurmctld is away */
+	uid_t owner;                /* whose out and err may be read */
 	int fd[2];                  /* out, err; -1: not open yet */
 	struct exec_out out;
 	int64_t timeout_ns, grace_ns, to_deadline, grace_deadline;
@@ -257,7 +258,8 @@ static void *slurm_submit_main(void *arg)
 		/* Submitted before rokd stopped, or by a try whose answer
 		 * was lost?  Then that job is this run's: adopted, never
 		 * submitted again. */
-		int64_t j = slurm_watch_lookup(s->id, s->run);
+		int64_t j = slurm_watch_lookup(s->id, s->run,
+		                               as_user ? s->uid : geteuid());
 		if (j < 0) {
 			snprintf(s->reason, sizeof(s->reason), "squeue failed "
 			         "(is slurmctld up?): cannot tell whether job "
@@ -470,6 +472,7 @@ static void slurm_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 	         (unsigned long long)j->id);
 	memcpy(j->dir, s->dir, sizeof(j->dir));
 	j->fd[0] = j->fd[1] = -1;
+	j->owner = config.root ? s->uid : geteuid();
 	j->timeout_ns = duration_ns(spec->timeout_ms);
 	j->grace_ns = duration_ns(spec->kill_grace_ms != 0 ? spec->kill_grace_ms
 	                          : CONFIG_LIMIT(kill_grace_ms));
@@ -508,9 +511,21 @@ static void slurm_tail(struct slurm_job *j)
 		if (j->fd[i] < 0) {
 			char p[600];
 			snprintf(p, sizeof(p), "%s/%s", j->dir, names[i]);
-			j->fd[i] = open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+			/* ID/ is the user's: as root, rokd must not follow
+			 * a link they put there (to a file only root may
+			 * read), nor read a file that is not theirs (a hard
+			 * link): it is left unread, and tried again. */
+			j->fd[i] = open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK |
+			                O_NOFOLLOW);
 			if (j->fd[i] < 0)
 				continue;
+			struct stat st;
+			if (fstat(j->fd[i], &st) != 0 || !S_ISREG(st.st_mode) ||
+			    st.st_uid != j->owner) {
+				close(j->fd[i]);
+				j->fd[i] = -1;
+				continue;
+			}
 		}
 		/* Bounded per wake: a job that writes fast cannot hold
 		 * the worker; the rest comes at the next wake. */

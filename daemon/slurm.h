@@ -51,7 +51,8 @@ struct slurm_jobstate {
 /* Main thread, at start: the job-name tag of this rokd (from its state
  * directory), the poll interval, and the output directory made
  * (slurm_output_dir, or <state_dir>/slurm): 0 or -errno (-EINVAL: not an
- * absolute path). */
+ * absolute path; -EPERM: not a directory of rokd's uid that group and
+ * others may not write). */
 int slurm_watch_init(void);
 /* The output directory, absolute (borrowed). */
 const char *slurm_watch_dir(void);
@@ -64,9 +65,9 @@ int slurm_watch_add(uint32_t jobid);
 void slurm_watch_remove(uint32_t jobid);
 /* Any thread: what the last query saw of jobid. */
 void slurm_watch_get(uint32_t jobid, struct slurm_jobstate *js);
-/* Blocking: the job id of run `run` of task `id` if slurmctld knows one
- * (0: none), or -errno when squeue failed. */
-int64_t slurm_watch_lookup(uint64_t id, uint32_t run);
+/* Blocking: the job id of run `run` of task `id` among uid's jobs if
+ * slurmctld knows one (0: none), or -errno when squeue failed. */
+int64_t slurm_watch_lookup(uint64_t id, uint32_t run, uid_t uid);
 /* Main thread, at the very end (before rok_stop): ends the watcher. */
 void slurm_watch_stop(void);
 

@@ -15,10 +15,13 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "exec.h"
@@ -91,12 +94,30 @@ static void slurm_cmd_child(char *const *argv, char *const *envp,
 	_exit(127);
 }
 
+/*
+ * Slurm's commands bound their own waits for slurmctld (MessageTimeout,
+ * 10 s by default, a few tries); a command still running after a minute
+ * is hung, and would hold a pool thread (sbatch, scancel) or every job's
+ * state (squeue) for as long as it hangs.
+ */
+unsigned slurm_cmd_timeout_ms = 60000;
+
+static int64_t slurm_cmd_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 int slurm_cmd_run(char *const *argv, char *const *envp,
                   const struct exec_user *u, const char *in, char *out,
                   size_t cap)
 {
 	int pin[2], pout[2];
 	size_t kept = 0, in_len = in != NULL ? strlen(in) : 0, in_off = 0;
+	bool cut = false, hung = false;
+	int64_t deadline = slurm_cmd_now_ms() + slurm_cmd_timeout_ms;
 
 	out[0] = '\0';
 	if (pipe2(pin, O_CLOEXEC) != 0)
@@ -129,9 +150,12 @@ int slurm_cmd_run(char *const *argv, char *const *envp,
 			{ .fd = pout[0], .events = POLLIN },
 			{ .fd = pin[1], .events = POLLOUT },
 		};
-		if (poll(p, pin[1] >= 0 ? 2 : 1, -1) < 0) {
-			if (errno == EINTR)
-				continue;
+		int64_t left = deadline - slurm_cmd_now_ms();
+		int ready = left > 0 ? poll(p, pin[1] >= 0 ? 2 : 1, (int)left) : 0;
+		if (ready < 0 && errno == EINTR)
+			continue;
+		if (ready <= 0) {
+			hung = ready == 0;
 			break;
 		}
 		if (pin[1] >= 0 && p[1].revents != 0) {
@@ -157,6 +181,7 @@ int slurm_cmd_run(char *const *argv, char *const *envp,
 			}
 			size_t take = (size_t)n < cap - 1 - kept
 			              ? (size_t)n : cap - 1 - kept;
+			cut |= take < (size_t)n;
 			memcpy(out + kept, buf, take);
 			kept += take;
 			out[kept] = '\0';
@@ -166,9 +191,17 @@ int slurm_cmd_run(char *const *argv, char *const *envp,
 		close(pin[1]);
 	if (pout[0] >= 0)
 		close(pout[0]);
+	if (hung)
+		(void)kill(pid, SIGKILL);
 	int st;
 	while (waitpid(pid, &st, 0) < 0)
 		if (errno != EINTR)
 			return -errno;
+	/* Output cut short would be read as a partial answer (jobs missing
+	 * from squeue's list look gone): no answer instead. */
+	if (hung)
+		return -ETIMEDOUT;
+	if (cut)
+		return -E2BIG;
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }

@@ -204,6 +204,10 @@ static int slurm_watch_query(char *out)
 	char *argv[12];
 	int st = slurm_cmd_run(slurm_watch_argv(argv, NULL, NULL), NULL, NULL, NULL, out,
 	                       SLURM_WATCH_OUT);
+	if (st < 0) {
+		log_warnx("slurm: squeue: %s", strerror(-st));
+		return -1;
+	}
 	if (st != 0) {
 		log_warnx("slurm: squeue failed (%d): %.200s", st, out);
 		return -1;

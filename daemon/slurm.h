@@ -24,9 +24,12 @@ const char *slurm_cmd_path(const char *name);
  * user u when u is non-NULL (setgroups, setgid, setuid in the child),
  * feeding it `in` (may be NULL) on stdin, and keeping up to cap - 1 bytes
  * of its stdout and stderr in out (NUL-terminated).  Returns its exit
- * status (0..255, 128 + signal), or -errno when it could not run.
- * Blocks until it ends.
+ * status (0..255, 128 + signal), or -errno when it could not run,
+ * -E2BIG when its output did not fit in cap, -ETIMEDOUT when it ran
+ * longer than slurm_cmd_timeout_ms (it is then killed).  Blocks until it
+ * ends.
  */
+extern unsigned slurm_cmd_timeout_ms;   /* tests shorten it */
 int slurm_cmd_run(char *const *argv, char *const *envp,
                   const struct exec_user *u, const char *in, char *out,
                   size_t cap);

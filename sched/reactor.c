@@ -842,6 +842,45 @@ rok_poll rok_writable(rok_cx *cx, rok_io_op *op, int fd)
 }
 
 /*
+ * Under reactor.lock: takes e out of use (no interest, no readiness, its
+ * waiters woken with 0) and queues it for the reactor if it is in epoll.
+ * With close_fd the reactor is also told to close the fd, and the entry
+ * is queued whenever the reactor may still touch it. Returns that: the
+ * entry is queued, or another one is being applied (a concurrent forget
+ * of fd, say).
+ */
+static bool reactor_detach_locked(struct reactor_fd *e, bool close_fd)
+{
+	spin_lock(&e->lock);
+	bool watched = e->want != 0;
+	bool waiting = e->waiters[0] != NULL || e->waiters[1] != NULL;
+	bool busy = watched || waiting || e->dirty ||
+	            reactor.applied != reactor.queued;
+	bool push = false;
+	e->ready = 0;
+	if (watched || waiting) {
+		e->gen++;
+		e->want = 0;
+	}
+	if (close_fd ? busy : watched || waiting) {
+		/* With close_fd, the number stays taken until the reactor's
+		 * epoll_ctl is done, so nothing can race it. */
+		if (close_fd)
+			e->close_fd = true;
+		push = !e->dirty;
+		e->dirty = true;
+	}
+	spin_unlock(&e->lock);
+	if (push)
+		reactor_push_locked(e);
+	if (waiting) {
+		reactor_wake_dir(e, REACTOR_IN, 0);
+		reactor_wake_dir(e, REACTOR_OUT, 0);
+	}
+	return busy;
+}
+
+/*
  * Forgets fd: a new generation, no readiness, no wanted directions, every
  * waiter woken; and returns only once the reactor thread has removed its
  * event (or right away if there is none), so that the caller's close()
@@ -859,28 +898,7 @@ static void reactor_reset(int fd)
 		pthread_mutex_unlock(&reactor.lock);
 		return;
 	}
-	spin_lock(&e->lock);
-	bool watched = e->want != 0;
-	bool waiting = e->waiters[0] != NULL || e->waiters[1] != NULL;
-	bool queued = e->dirty;   /* an apply may be on its way */
-	bool push = false;
-	e->ready = 0;
-	if (watched || waiting) {
-		e->gen++;
-		e->want = 0;
-		push = !e->dirty;
-		e->dirty = true;
-	}
-	spin_unlock(&e->lock);
-	if (push)
-		reactor_push_locked(e);
-	if (waiting) {
-		reactor_wake_dir(e, REACTOR_IN, 0);
-		reactor_wake_dir(e, REACTOR_OUT, 0);
-	}
-	/* Wait if the reactor may still touch fd: this entry is queued, or
-	 * another one is being applied (a concurrent forget of fd, say). */
-	bool busy = push || queued || reactor.applied != reactor.queued;
+	bool busy = reactor_detach_locked(e, false);
 	if (!busy || atomic_load_explicit(&reactor.state,
 	                                  memory_order_relaxed) !=
 	                     REACTOR_RUNNING) {
@@ -920,32 +938,7 @@ void rok_io_close(int fd)
 		close(fd);
 		return;
 	}
-	spin_lock(&e->lock);
-	bool watched = e->want != 0;
-	bool waiting = e->waiters[0] != NULL || e->waiters[1] != NULL;
-	/* As in reactor_reset: the reactor may still touch fd if the entry
-	 * is queued or another one is being applied. */
-	bool busy = watched || waiting || e->dirty ||
-	            reactor.applied != reactor.queued;
-	bool push = false;
-	e->ready = 0;
-	if (watched || waiting)
-		e->gen++;
-	e->want = 0;
-	if (busy) {
-		/* The reactor closes it once its epoll_ctl is done: until
-		 * then the number is taken, so nothing can race it. */
-		e->close_fd = true;
-		push = !e->dirty;
-		e->dirty = true;
-	}
-	spin_unlock(&e->lock);
-	if (push)
-		reactor_push_locked(e);
-	if (waiting) {
-		reactor_wake_dir(e, REACTOR_IN, 0);
-		reactor_wake_dir(e, REACTOR_OUT, 0);
-	}
+	bool busy = reactor_detach_locked(e, true);
 	pthread_mutex_unlock(&reactor.lock);
 	if (!busy)
 		close(fd);

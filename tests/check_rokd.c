@@ -244,7 +244,7 @@ static int rc_hello(void)
 /*
  * In a forked child: drops to nobody, connects and says hello; the
  * connection, or the child exits 10 (not root), 11 (no connection) or 12
- * (no hello reply).
+ * (no hello reply, or one that does not see the caller as nobody).
  */
 static int rc_child_hello(void)
 {
@@ -255,7 +255,8 @@ static int rc_child_hello(void)
 		_exit(11);
 	rc_send_hello(c);
 	Response *r = rc_recv(c);
-	if (r == NULL || r->error != NULL || r->hello == NULL)
+	if (r == NULL || r->error != NULL || r->hello == NULL ||
+	    r->hello->uid != 65534)
 		_exit(12);
 	rok__v1__response__free_unpacked(r, NULL);
 	return c;
@@ -1285,15 +1286,8 @@ START_TEST(permissions_root_daemon)
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
 		/* The child reports through its exit status only. */
-		if (rc_become_nobody() != 0)
-			_exit(10);
-		int c = rc_connect();
-		if (c < 0)
-			_exit(11);
-		rc_send_hello(c);
-		Response *r = rc_recv(c);
-		if (r == NULL || r->hello == NULL || r->hello->uid != 65534)
-			_exit(12);
+		int c = rc_child_hello();
+		Response *r;
 		if (rc_state(c, mine) !=
 		    -(int)ROK__V1__ERROR_CODE__PERMISSION_DENIED)
 			_exit(13);

@@ -722,41 +722,7 @@ START_TEST(test_reactor_wake_io)
 }
 END_TEST
 
-/* ---- forget ----------------------------------------------------------- */
-
-START_TEST(test_reactor_forget)
-{
-	int64_t base = crx_start();
-	int p[2], q[2];
-
-	crx_pipe(p);
-	crx_put(p[1], '1');
-	ck_assert_int_eq(crx_result(crx_spawn_reader(p[0])), '1');
-	/* Watched, with a pending edge: forget drops both. */
-	crx_put(p[1], '2');
-	crx_barrier();
-	rok_io_forget(p[0]);
-	rok_io_forget(p[1]);
-	close(p[0]);
-	close(p[1]);
-
-	crx_pipe(q);
-	ck_assert_int_eq(q[0], p[0]);       /* the lowest numbers come back */
-	rok_task *r = crx_spawn_reader(q[0]);
-	crx_wait_regs(base + 1);
-	crx_barrier();
-	ck_assert(!rok_task_is_finished(r));  /* no stale readiness */
-	crx_put(q[1], '3');
-	ck_assert_int_eq(crx_result(r), '3');
-
-	rok_io_forget(q[0]);
-	close(q[0]);
-	close(q[1]);
-	crx_stop();
-}
-END_TEST
-
-/* ---- close ------------------------------------------------------------ */
+/* ---- forget and close ------------------------------------------------ */
 
 /* Whether fd is a closed number. */
 static bool crx_closed(int fd)
@@ -764,25 +730,23 @@ static bool crx_closed(int fd)
 	return fcntl(fd, F_GETFD) == -1 && errno == EBADF;
 }
 
-START_TEST(test_reactor_close)
+/*
+ * What forget and close share: a watched pipe with a pending edge is
+ * given up with `drop`, and a new pipe, q, given the same numbers must see
+ * none of the old one's readiness. q is left open and watched.
+ */
+static void crx_drop_and_reuse(int64_t base, void (*drop)(int fd), int q[2])
 {
-	int64_t base = crx_start();
-	int p[2], q[2];
+	int p[2];
 
 	crx_pipe(p);
 	crx_put(p[1], '1');
 	ck_assert_int_eq(crx_result(crx_spawn_reader(p[0])), '1');
-	/* Watched, with a pending edge: the reactor closes it after taking
-	 * it out of epoll, by the next turn (the barrier's). */
+	/* Watched, with a pending edge: dropping it drops both. */
 	crx_put(p[1], '2');
 	crx_barrier();
-	rok_io_close(p[0]);
-	crx_barrier();
-	ck_assert(crx_closed(p[0]));
-	/* Never awaited: closed too. */
-	rok_io_close(p[1]);
-	crx_barrier();
-	ck_assert(crx_closed(p[1]));
+	drop(p[0]);
+	drop(p[1]);                         /* never awaited */
 
 	crx_pipe(q);
 	ck_assert_int_eq(q[0], p[0]);       /* the lowest numbers come back */
@@ -792,7 +756,42 @@ START_TEST(test_reactor_close)
 	ck_assert(!rok_task_is_finished(r));  /* no stale readiness */
 	crx_put(q[1], '3');
 	ck_assert_int_eq(crx_result(r), '3');
+}
 
+static void crx_forget_then_close(int fd)
+{
+	rok_io_forget(fd);
+	close(fd);
+}
+
+static void crx_io_close_checked(int fd)
+{
+	/* The reactor closes a watched fd after taking it out of epoll, by
+	 * the next turn (the barrier's). */
+	rok_io_close(fd);
+	crx_barrier();
+	ck_assert(crx_closed(fd));
+}
+
+START_TEST(test_reactor_forget)
+{
+	int64_t base = crx_start();
+	int q[2];
+
+	crx_drop_and_reuse(base, crx_forget_then_close, q);
+	rok_io_forget(q[0]);
+	close(q[0]);
+	close(q[1]);
+	crx_stop();
+}
+END_TEST
+
+START_TEST(test_reactor_close)
+{
+	int64_t base = crx_start();
+	int q[2];
+
+	crx_drop_and_reuse(base, crx_io_close_checked, q);
 	rok_io_close(q[0]);
 	rok_io_close(q[1]);
 	crx_stop();

@@ -893,6 +893,21 @@ static void crx_nested(void *arg)
 		crx_surprise();
 }
 
+/* Waits for the CRX_CALLS calls and checks they ran once each, in the
+ * order they were made. */
+static void crx_calls_ran_in_order(void)
+{
+	double deadline = crx_now() + test_timeout(20);
+	while (atomic_load(&crx_ncalls) < CRX_CALLS) {
+		ck_assert(crx_now() < deadline);
+		sched_yield();
+	}
+	crx_barrier();
+	ck_assert_int_eq(atomic_load(&crx_ncalls), CRX_CALLS);
+	for (int i = 0; i < CRX_CALLS; i++)
+		ck_assert_int_eq(crx_order[i], i);
+}
+
 START_TEST(test_reactor_call)
 {
 	/* Starts the executor and the reactor on its own. */
@@ -905,15 +920,7 @@ START_TEST(test_reactor_call)
 	                 0);
 	ck_assert(!reactor_on_thread());
 	ck_assert_ptr_null(reactor_base());
-	double deadline = crx_now() + test_timeout(20);
-	while (atomic_load(&crx_ncalls) < CRX_CALLS) {
-		ck_assert(crx_now() < deadline);
-		sched_yield();
-	}
-	crx_barrier();
-	ck_assert_int_eq(atomic_load(&crx_ncalls), CRX_CALLS);
-	for (int i = 0; i < CRX_CALLS; i++)
-		ck_assert_int_eq(crx_order[i], i);
+	crx_calls_ran_in_order();
 	crx_stop();
 }
 END_TEST
@@ -948,15 +955,7 @@ START_TEST(test_reactor_call_in)
 		ck_assert_int_eq(reactor_call_in(&n->call, crx_in_record, n),
 		                 0);
 	}
-	double deadline = crx_now() + test_timeout(20);
-	while (atomic_load(&crx_ncalls) < CRX_CALLS) {
-		ck_assert(crx_now() < deadline);
-		sched_yield();
-	}
-	crx_barrier();
-	ck_assert_int_eq(atomic_load(&crx_ncalls), CRX_CALLS);
-	for (int i = 0; i < CRX_CALLS; i++)
-		ck_assert_int_eq(crx_order[i], i);
+	crx_calls_ran_in_order();
 	crx_stop();
 }
 END_TEST

@@ -10,8 +10,12 @@
  * large prune never makes one huge transaction; a chunk's output files are
  * unlinked after it committed (a crash in between leaves an orphan file,
  * never a row whose output is gone).  Only finished rows are touched:
- * queued and running tasks are never pruned.  meta.max_id is never lowered,
- * so pruning the newest task cannot make its id be handed out again.
+ * queued and running tasks are never pruned.  Each chunk first raises
+ * meta.max_id to the largest id in the table, so pruning the newest task
+ * cannot make its id be handed out again; spawns do not write max_id (a
+ * second page per commit on the acknowledgement path), since the
+ * largest id handed out is max(meta.max_id, the largest row) until a
+ * prune deletes rows.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -70,6 +74,11 @@ static int journal_prune_chunks(sqlite3 *db, sqlite3_stmt *sel,
 		if (n == 0)
 			return SQLITE_OK;
 		rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+		if (rc == SQLITE_OK)
+			rc = sqlite3_exec(db, "UPDATE meta SET value = (SELECT "
+			                  "max(id) FROM tasks) WHERE key = "
+			                  "'max_id' AND value < (SELECT max(id) "
+			                  "FROM tasks)", NULL, NULL, NULL);
 		for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
 			sqlite3_bind_int64(del, 1, (sqlite3_int64)ids[i]);
 			rc = sqlite3_step(del);

@@ -19,7 +19,8 @@
  * into the task table with its id, uid and spec and started.  Finished
  * tasks stay in the journal only: status, join and list read them from
  * there (journal-read.c).  New ids continue above the largest id ever
- * handed out (meta.max_id, which pruning never lowers, or the largest row).
+ * handed out: meta.max_id (raised by each prune before it deletes rows) or
+ * the largest row, whichever is larger.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -33,8 +33,8 @@ static const char *const journal_schema_steps[] = {
 	/* 0 -> 1.  One row per task; the hot path writes a row at spawn and
 	 * updates it at finish, by primary key: no secondary index.  spec is
 	 * the packed rok.v1.TaskSpec, so recovery can run the task again.
-	 * meta.max_id is the largest id ever handed out: pruning rows never
-	 * lowers it. */
+	 * The largest id ever handed out is max(meta.max_id, the largest
+	 * row): a prune raises max_id before it deletes rows. */
 	"CREATE TABLE tasks ("
 	" id INTEGER PRIMARY KEY,"
 	" uid INTEGER NOT NULL,"

@@ -164,7 +164,6 @@ enum {
 	JST_START,
 	JST_FINISH,
 	JST_CANCEL,
-	JST_MAXID,
 	JST_EXEC,
 	JST_SLURM,
 	JST_REQUEUE,
@@ -186,8 +185,6 @@ static const char *const journal_sql[JST_COUNT] = {
 	               "WHERE id = ?1 AND state < 3",
 	[JST_CANCEL] = "UPDATE tasks SET cancel_requested = 1 WHERE id = ?1 "
 	               "AND state < 3",
-	[JST_MAXID] = "UPDATE meta SET value = ?1 WHERE key = 'max_id' AND "
-	              "value < ?1",
 	/* NULL binds (the group is gone) clear both. */
 	[JST_EXEC] = "UPDATE tasks SET pgid = ?2, pg_start = ?3 "
 	             "WHERE id = ?1 AND state < 3",
@@ -798,7 +795,6 @@ static void journal_errmsg(int rc, char *buf, size_t len)
 static int journal_commit(const struct jev *b, size_t *ndone)
 {
 	struct journal_idset fin;
-	uint64_t max_id = 0;
 	int rc;
 
 	*ndone = 0;
@@ -807,14 +803,7 @@ static int journal_commit(const struct jev *b, size_t *ndone)
 	for (const struct jev *e = b; rc == SQLITE_OK && e != NULL;
 	     e = e->next) {
 		rc = journal_write(e, &fin);
-		if (e->type == JEV_SPAWN && e->id > max_id)
-			max_id = e->id;
 		*ndone += e->type == JEV_SPAWN && e->done != NULL;
-	}
-	if (rc == SQLITE_OK && max_id > 0) {
-		sqlite3_bind_int64(journal.st[JST_MAXID], 1,
-		                   (sqlite3_int64)max_id);
-		rc = journal_step(journal.st[JST_MAXID]);
 	}
 	if (rc == SQLITE_OK)
 		rc = sqlite3_exec(journal.db, "COMMIT", NULL, NULL, NULL);

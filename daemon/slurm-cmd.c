@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -110,6 +111,27 @@ static int64_t slurm_cmd_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/*
+ * Whether child pid exits by `deadline` (its output may have ended long
+ * before: a wrapper that closed its fds, or daemonised).  Without a pidfd
+ * (an old kernel) the caller waits as before, unbounded.
+ */
+static bool slurm_cmd_exits_by(pid_t pid, int64_t deadline)
+{
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+
+	if (fd < 0)
+		return true;
+	int ready;
+	do {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int64_t left = deadline - slurm_cmd_now_ms();
+		ready = left > 0 ? poll(&p, 1, (int)left) : 0;
+	} while (ready < 0 && errno == EINTR);
+	close(fd);
+	return ready != 0;   /* an error: as without a pidfd */
+}
+
 int slurm_cmd_run(char *const *argv, char *const *envp,
                   const struct exec_user *u, const char *in, char *out,
                   size_t cap)
@@ -155,7 +177,9 @@ int slurm_cmd_run(char *const *argv, char *const *envp,
 		if (ready < 0 && errno == EINTR)
 			continue;
 		if (ready <= 0) {
-			hung = ready == 0;
+			/* Out of time, or poll itself failed: either way the
+			 * child is not heard, and is not waited for. */
+			hung = true;
 			break;
 		}
 		if (pin[1] >= 0 && p[1].revents != 0) {
@@ -191,6 +215,8 @@ int slurm_cmd_run(char *const *argv, char *const *envp,
 		close(pin[1]);
 	if (pout[0] >= 0)
 		close(pout[0]);
+	if (!hung && !slurm_cmd_exits_by(pid, deadline))
+		hung = true;
 	if (hung)
 		(void)kill(pid, SIGKILL);
 	int st;

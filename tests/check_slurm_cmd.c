@@ -53,10 +53,26 @@ START_TEST(hung_command_is_killed)
 {
 	char out[64];
 
-	slurm_cmd_timeout_ms = 300;
+	/* Long enough for the shell to start and echo on a loaded machine
+	 * (an ASan build): the assertion on `out` needs it to. */
+	slurm_cmd_timeout_ms = 1000 * test_timeout(2);
 	/* exec: the shell is the sleeper, so the kill ends the pipe's
 	 * writer too. */
 	ck_assert_int_eq(slurm_cmd_run(sh("echo started; exec sleep 600"),
+	                               NULL, NULL, NULL, out, sizeof(out)),
+	                 -ETIMEDOUT);
+	ck_assert_str_eq(out, "started\n");
+}
+END_TEST
+
+START_TEST(silent_hung_command_is_killed)
+{
+	char out[64];
+
+	/* Its output ends at once, its life does not. */
+	slurm_cmd_timeout_ms = 1000 * test_timeout(2);
+	ck_assert_int_eq(slurm_cmd_run(sh("echo started; exec sleep 600 "
+	                                  ">/dev/null 2>&1"),
 	                               NULL, NULL, NULL, out, sizeof(out)),
 	                 -ETIMEDOUT);
 	ck_assert_str_eq(out, "started\n");
@@ -70,6 +86,8 @@ static Suite *slurm_cmd_suite(void)
 		{ "output_too_long_is_no_answer",
 		  output_too_long_is_no_answer },
 		{ "hung_command_is_killed", hung_command_is_killed },
+		{ "silent_hung_command_is_killed",
+		  silent_hung_command_is_killed },
 	};
 	return TEST_SUITE("slurm_cmd", cases, 60);
 }

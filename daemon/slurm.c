@@ -633,7 +633,9 @@ static rok_poll slurm_poll(rok_cx *cx, void *frame)
 			slurm_set_why(j, why);
 		}
 		j->sub->adopt = true;   /* the try may have reached it */
-		j->sub->known_job = 0;
+		/* known_job stays: it is set only when no sbatch was tried,
+		 * and a recovered run whose journaled job Slurm has
+		 * forgotten must fail, never be submitted again. */
 		ROK_AWAIT(cx, rok_sleep(cx, &j->sleep,
 		          (int64_t)config.slurm_poll_interval_ms * 1000000));
 		if (j->timeout_ns > 0 && rok_now() >= j->to_deadline) {

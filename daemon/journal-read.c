@@ -35,8 +35,7 @@ int journal_read_open(const char *path, char *err, size_t len)
 	                         SQLITE_OPEN_NOMUTEX, NULL);
 
 	if (rc == SQLITE_OK)
-		rc = sqlite3_exec(jread.db, "PRAGMA busy_timeout = 5000", NULL,
-		                  NULL, NULL);
+		rc = sqlite3_busy_timeout(jread.db, JOURNAL_BUSY_TIMEOUT_MS);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_prepare_v3(jread.db, "SELECT uid, kind, spec, "
 		        "state, spawned_us, started_us, finished_us, value, "

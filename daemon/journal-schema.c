@@ -320,8 +320,9 @@ int journal_schema_open(const char *path, bool durable_full, sqlite3 **out,
 	 * burst leaves on disk.
 	 */
 	snprintf(dir, sizeof(dir), "PRAGMA synchronous = %s; "
-	         "PRAGMA journal_size_limit = %d; PRAGMA busy_timeout = 5000",
-	         durable_full ? "FULL" : "NORMAL", 64 << 20);
+	         "PRAGMA journal_size_limit = %d; PRAGMA busy_timeout = %d",
+	         durable_full ? "FULL" : "NORMAL", 64 << 20,
+	         JOURNAL_BUSY_TIMEOUT_MS);
 	if (journal_schema_exec(db, dir, msg, sizeof(msg))) {
 		snprintf(err, len, "%s: %s", path, msg);
 		goto fail;

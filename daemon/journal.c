@@ -58,11 +58,17 @@
  * read in the same loop turn, so the spawns of all clients that came
  * together still share one commit.  While the reactor commits
  * (journal.inline_busy) it owns the write connection: the thread, woken
- * meanwhile by an update, waits for it before it touches the database.  The thread keeps everything else: prunes, retries after a
- * failed commit (an inline commit that fails hands its batch back to the
- * thread, rolled back, to be tried again there), the stop, and at
- * durability = full every commit (an fsync of the reactor thread would
- * stall every other client for its duration).
+ * meanwhile by an update, waits for it before it touches the database.
+ * The reactor never waits there: its commit does not wait for a lock
+ * (the groups' connection may hold one; busy timeout 0), and sqlite's
+ * automatic checkpoint, which copies the WAL into the database and at
+ * durability = normal fsyncs both, is replaced by one the thread runs
+ * (journal_wal_hook notes the WAL's size, the thread checkpoints).  The
+ * thread keeps everything else: prunes, checkpoints, retries after a
+ * failed commit (an inline commit that fails, busy included, hands its
+ * batch back to the thread, rolled back, to be tried again there), the
+ * stop, and at durability = full every commit (an fsync of the reactor
+ * thread would stall every other client for its duration).
  *
  * At rokd's stop, journal_detach (right before rok_stop) ends the
  * answers: what is committed from then on is written but starts nothing
@@ -98,6 +104,10 @@
 /* How long a batch of updates alone waits for a spawn to share its
  * commit with (see above). */
 #define JOURNAL_LINGER_NS 5000000L
+
+/* WAL frames (pages) past which the thread checkpoints: sqlite's own
+ * automatic checkpoint's default. */
+#define JOURNAL_CHECKPOINT_FRAMES 1000
 
 /* Spawns of a batch up to which the thread starts the tasks answered by
  * themselves (journal_spawn_any); a larger batch (many clients, or
@@ -209,6 +219,10 @@ static struct {
 	                                 under lock, set when it sleeps */
 	bool inline_busy;             /* the reactor commits; under lock */
 	bool inline_waited;           /* the thread waits for that; idem */
+	/* The WAL is past JOURNAL_CHECKPOINT_FRAMES: set by whoever holds
+	 * the write connection (journal_wal_hook), cleared by the thread
+	 * before it checkpoints; read under lock or by the holder. */
+	bool checkpoint_due;
 	/* journal_detach was called: the thread runs no callback and hands
 	 * nothing to the reactor any more.  in_calls: it is doing either
 	 * (journal_calls_begin); both under lock, journal_detach_cond
@@ -282,11 +296,39 @@ static int journal_lock(char *err, size_t len)
 	return 0;
 }
 
+/* After each commit on the write connection, by the committing thread:
+ * replaces sqlite's automatic checkpoint (see the top of this file). */
+static int journal_wal_hook(void *arg, sqlite3 *db, const char *name,
+                            int frames)
+{
+	(void)arg;
+	(void)db;
+	(void)name;
+	if (frames >= JOURNAL_CHECKPOINT_FRAMES)
+		journal.checkpoint_due = true;
+	return SQLITE_OK;
+}
+
+/* Journal thread: copies the WAL into the database without waiting for
+ * readers (what sqlite's automatic checkpoint does). */
+static void journal_checkpoint(void)
+{
+	int rc = sqlite3_wal_checkpoint_v2(journal.db, NULL,
+	                                   SQLITE_CHECKPOINT_PASSIVE, NULL,
+	                                   NULL);
+
+	if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+		log_warnx("journal: checkpoint: %s", sqlite3_errmsg(journal.db));
+}
+
 int journal_open(char *err, size_t len)
 {
 	pthread_once(&journal_cond_once, journal_cond_init);
 	journal.stopping = false;
 	journal.detached = false;
+	journal.checkpoint_due = false;
+	/* The reactor's base is a new one each time the runtime starts. */
+	journal.flush_ready = journal.flush_queued = false;
 	if (journal_lock(err, len) < 0)
 		return -1;
 	if (config.durability_off) {
@@ -304,6 +346,7 @@ int journal_open(char *err, size_t len)
 	if (journal_schema_open(journal.path, config.durability_full,
 	                        &journal.db, err, len) < 0)
 		return -1;
+	sqlite3_wal_hook(journal.db, journal_wal_hook, NULL);
 	for (int i = 0; i < JST_COUNT; i++) {
 		if (sqlite3_prepare_v3(journal.db, journal_sql[i], -1,
 		                       SQLITE_PREPARE_PERSISTENT, &journal.st[i],
@@ -1032,12 +1075,16 @@ static void journal_flush_ev_cb(evutil_socket_t fd, short what, void *arg)
 
 	size_t ndone;
 	int64_t t0 = rok_now();
+	/* Failing at once on a lock (the thread may wait for it) rather than
+	 * sleeping here: every client waits for this thread. */
+	sqlite3_busy_timeout(journal.db, 0);
 	int rc = journal_commit(b, &ndone);
+	sqlite3_busy_timeout(journal.db, JOURNAL_BUSY_TIMEOUT_MS);
 	metrics_observe(METRICS_COMMIT, (rok_now() - t0) / 1000);
 
 	pthread_mutex_lock(&journal.lock);
 	journal.inline_busy = false;
-	bool wake = journal.inline_waited;
+	bool wake = journal.inline_waited || journal.checkpoint_due;
 	if (rc != SQLITE_OK) {
 		/* Rolled back: the thread tries again, and deals with a
 		 * second failure as with any (journal_fail).  The batch is
@@ -1054,8 +1101,9 @@ static void journal_flush_ev_cb(evutil_socket_t fd, short what, void *arg)
 		b = NULL;
 	}
 	pthread_mutex_unlock(&journal.lock);
-	/* The thread waits for the connection (journal_wait_inline), or,
-	 * after a failure, for the batch; else it is not disturbed. */
+	/* The thread waits for the connection (journal_wait_inline), a
+	 * checkpoint, or, after a failure, for the batch; else it is not
+	 * disturbed. */
 	if (wake)
 		pthread_cond_signal(&journal.cond);
 	if (b != NULL)
@@ -1107,6 +1155,12 @@ static void *journal_main(void *arg)
 	for (;;) {
 		struct timespec now;
 		journal_wait_inline();
+		if (journal.checkpoint_due) {
+			journal.checkpoint_due = false;
+			pthread_mutex_unlock(&journal.lock);
+			journal_checkpoint();
+			pthread_mutex_lock(&journal.lock);
+		}
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if (now.tv_sec >= next_prune.tv_sec && journal.head == NULL &&
 		    !failing) {

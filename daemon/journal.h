@@ -27,6 +27,9 @@
  * sets WAL and the synchronous level.  *db gets the connection; 0, or -1
  * with a sentence for people in err.
  */
+/* How long a connection to journal.db waits for another's lock. */
+#define JOURNAL_BUSY_TIMEOUT_MS 5000
+
 int journal_schema_open(const char *path, bool durable_full, sqlite3 **db,
                         char *err, size_t len);
 /* Runs one statement; SQLITE_OK or an sqlite error, message in err. */

@@ -63,8 +63,9 @@
  * (the groups' connection may hold one; busy timeout 0), and sqlite's
  * automatic checkpoint, which copies the WAL into the database and at
  * durability = normal fsyncs both, is replaced by one the thread runs
- * (journal_wal_hook notes the WAL's size, the thread checkpoints).  The
- * thread keeps everything else: prunes, checkpoints, retries after a
+ * (journal_wal_hook notes the WAL's size, the thread checkpoints, on a
+ * connection of its own: the reactor may commit meanwhile).  The thread
+ * keeps everything else: prunes, checkpoints, retries after a
  * failed commit (an inline commit that fails, busy included, hands its
  * batch back to the thread, rolled back, to be tried again there), the
  * stop, and at durability = full every commit (an fsync of the reactor
@@ -237,6 +238,7 @@ static struct {
 	bool flush_queued;
 	pthread_t thread;
 	sqlite3 *db;
+	sqlite3 *ckpt;                /* journal thread: checkpoints */
 	sqlite3_stmt *st[JST_COUNT];
 	struct jev *retained;         /* journal thread: failed, to retry */
 	char path[4096];
@@ -310,15 +312,16 @@ static int journal_wal_hook(void *arg, sqlite3 *db, const char *name,
 }
 
 /* Journal thread: copies the WAL into the database without waiting for
- * readers (what sqlite's automatic checkpoint does). */
+ * readers or the writer (what sqlite's automatic checkpoint does). */
 static void journal_checkpoint(void)
 {
-	int rc = sqlite3_wal_checkpoint_v2(journal.db, NULL,
+	int rc = sqlite3_wal_checkpoint_v2(journal.ckpt, NULL,
 	                                   SQLITE_CHECKPOINT_PASSIVE, NULL,
 	                                   NULL);
 
 	if (rc != SQLITE_OK && rc != SQLITE_BUSY)
-		log_warnx("journal: checkpoint: %s", sqlite3_errmsg(journal.db));
+		log_warnx("journal: checkpoint: %s",
+		          sqlite3_errmsg(journal.ckpt));
 }
 
 int journal_open(char *err, size_t len)
@@ -347,6 +350,19 @@ int journal_open(char *err, size_t len)
 	                        &journal.db, err, len) < 0)
 		return -1;
 	sqlite3_wal_hook(journal.db, journal_wal_hook, NULL);
+	/* A connection checkpoints only once it has read the file (and seen
+	 * WAL mode): one statement does that. */
+	if (sqlite3_open_v2(journal.path, &journal.ckpt, SQLITE_OPEN_READWRITE |
+	                    SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
+	    sqlite3_busy_timeout(journal.ckpt, JOURNAL_BUSY_TIMEOUT_MS) !=
+	            SQLITE_OK ||
+	    sqlite3_exec(journal.ckpt, "SELECT 1 FROM meta LIMIT 1", NULL,
+	                 NULL, NULL) != SQLITE_OK) {
+		snprintf(err, len, "%s: %s", journal.path,
+		         journal.ckpt != NULL ? sqlite3_errmsg(journal.ckpt)
+		                              : "out of memory");
+		return -1;
+	}
 	for (int i = 0; i < JST_COUNT; i++) {
 		if (sqlite3_prepare_v3(journal.db, journal_sql[i], -1,
 		                       SQLITE_PREPARE_PERSISTENT, &journal.st[i],
@@ -1156,10 +1172,16 @@ static void *journal_main(void *arg)
 		struct timespec now;
 		journal_wait_inline();
 		if (journal.checkpoint_due) {
+			/* As if asleep: the reactor may commit meanwhile
+			 * (unless this thread retries a failed commit). */
 			journal.checkpoint_due = false;
+			journal.sleeping = true;
+			journal.troubled = failing || journal.retained != NULL;
 			pthread_mutex_unlock(&journal.lock);
 			journal_checkpoint();
 			pthread_mutex_lock(&journal.lock);
+			journal.sleeping = false;
+			journal_wait_inline();
 		}
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if (now.tv_sec >= next_prune.tv_sec && journal.head == NULL &&
@@ -1319,6 +1341,10 @@ void journal_stop(void)
 		journal.st[i] = NULL;
 	}
 	journal_read_close();
+	if (journal.ckpt != NULL) {
+		(void)sqlite3_close(journal.ckpt);
+		journal.ckpt = NULL;
+	}
 	free(journal_fin.slot);
 	journal_fin.slot = NULL;
 	journal_fin_cap = 0;

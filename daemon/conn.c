@@ -447,9 +447,11 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
  * loop turn, and another epoll_ctl to stop watching, per reply (a waiting
  * client's latency).  A client with more requests in progress (pipelined)
  * gets its replies as before, many in one write per loop turn, not a
- * syscall (and a wake-up of the client) per reply.  What the socket does
- * not take, and any error, is left to the bufferevent: it writes the rest
- * in order, and reports an error through conn_event_cb.  Not while
+ * syscall (and a wake-up of the client) per reply; so does a connection
+ * with a stream (logs -f, watch), whose frames come many a turn.  What
+ * the socket does not take, and any error, is left to the bufferevent: it
+ * writes the rest in order, and reports an error through conn_event_cb.
+ * Not while
  * draining: the bufferevent's write callback is what closes a drained
  * connection, and a frame written here never reaches it.
  */
@@ -458,7 +460,7 @@ static void conn_queue(struct conn *c, const uint8_t *frame, size_t len)
 	struct evbuffer *out = bufferevent_get_output(c->bev);
 
 	if (!c->draining && c->in_flight + c->held <= 1 &&
-	    evbuffer_get_length(out) == 0) {
+	    c->streams == NULL && evbuffer_get_length(out) == 0) {
 		ssize_t n = send(bufferevent_getfd(c->bev), frame, len,
 		                 MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n > 0) {

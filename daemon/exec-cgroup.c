@@ -362,11 +362,10 @@ static int exec_cgroup_make(struct exec_cgroup *c)
 
 #define CGROUP_MAKE_TRIES 8
 
-int exec_cgroup_new(uint64_t id, struct exec_cgroup *c)
+int exec_cgroup_new(struct exec_cgroup *c)
 {
 	int err = -EEXIST;
 
-	(void)id;
 	c->procs = c->kill = c->events = -1;
 	c->n = 0;
 	if (cg.base == NULL)
@@ -394,7 +393,7 @@ int exec_cgroup_new(uint64_t id, struct exec_cgroup *c)
 	if (err < 0) {
 		exec_cgroup_close(c);
 		if (err != -EEXIST)
-			exec_cgroup_done(c, id);   /* removes what it made */
+			exec_cgroup_done(c);   /* removes what it made */
 		c->n = 0;
 	}
 	return err;
@@ -408,7 +407,8 @@ void exec_cgroup_kill(const struct exec_cgroup *c)
 		log_errno(errno, "exec: cgroup.kill");
 }
 
-/* Whether the cgroup has no process left (cgroup.events). */
+/* Whether the cgroup has no process left and is not frozen, as a new
+ * one (cgroup.events). */
 static bool exec_cgroup_empty(const struct exec_cgroup *c)
 {
 	char buf[256];
@@ -418,18 +418,20 @@ static bool exec_cgroup_empty(const struct exec_cgroup *c)
 	if (n <= 0)
 		return false;
 	buf[n] = '\0';
-	return strstr(buf, "populated 0\n") != NULL;
+	return strstr(buf, "populated 0\n") != NULL &&
+	       strstr(buf, "frozen 1") == NULL;
 }
 
-void exec_cgroup_done(struct exec_cgroup *c, uint64_t id)
+void exec_cgroup_done(struct exec_cgroup *c)
 {
-	(void)id;
 	if (c->n == 0)
 		return;
 	/* Empty now, so empty when the next task gets it: only rokd's
-	 * children join it.  (A process of a task that runs as rokd's own
-	 * user could move itself in, as into any other task's cgroup, and
-	 * dies with the next task that gets it.) */
+	 * children join it.  Not frozen: a task that runs as rokd's own
+	 * user may write its cgroup's cgroup.freeze, and the next task
+	 * would start frozen.  (Such a task can write any task's cgroup
+	 * files, and move a process into any task's cgroup, to die with
+	 * that task: rokd's own user is trusted.) */
 	bool keep = c->procs >= 0 && c->kill >= 0 && exec_cgroup_empty(c);
 	pthread_mutex_lock(&cg.lock);
 	if (keep && cg.npool < CGROUP_POOL) {

@@ -228,7 +228,7 @@ static int exec_start(struct exec_job *j)
 		return -1;
 	}
 	exec_out_forget(j->id);
-	if ((err = exec_cgroup_new(j->id, &j->cg)) < 0) {
+	if ((err = exec_cgroup_new(&j->cg)) < 0) {
 		exec_fail(j, "its cgroup: %s", strerror(-err));
 		goto fail;
 	}
@@ -676,7 +676,7 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 		}
 		exec_out_done(&j->out);
 		/* Empty by now, unless killed processes are still exiting. */
-		exec_cgroup_done(&j->cg, j->id);
+		exec_cgroup_done(&j->cg);
 	}
 	ROK_END(cx);
 }

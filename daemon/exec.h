@@ -186,14 +186,14 @@ struct exec_cgroup {
 /* Main thread, at exec_init: finds out whether rokd can make a cgroup per
  * task, and says which way it is. */
 void exec_cgroup_init(void);
-/* A cgroup for task id, empty, reused or new (nothing when there are
+/* A cgroup for a task, empty, reused or new (nothing when there are
  * none): 0 or -errno. */
-int exec_cgroup_new(uint64_t id, struct exec_cgroup *c);
+int exec_cgroup_new(struct exec_cgroup *c);
 /* SIGKILL to every process in the cgroup (cgroup.kill).  Any thread. */
 void exec_cgroup_kill(const struct exec_cgroup *c);
-/* Gives the cgroup back: kept for the next task if it is empty, else its
- * fds closed and it removed (now, or once it is empty). */
-void exec_cgroup_done(struct exec_cgroup *c, uint64_t id);
+/* Gives the cgroup back: kept for the next task if it is empty and not
+ * frozen, else its fds closed and it removed (now, or once it is empty). */
+void exec_cgroup_done(struct exec_cgroup *c);
 
 /* ---- exec-output.c ---------------------------------------------------- */
 

@@ -901,6 +901,20 @@ static int journal_reactor_call(void (*fn)(void *arg), void *arg)
 	return journal.live ? reactor_call(fn, arg) : -ESHUTDOWN;
 }
 
+/* Journal thread: has the reactor run completion c.  Refused once rokd
+ * stops (detached): those clients are gone, which is no news. */
+static void journal_hand_over(struct journal_completion *c)
+{
+	int rc = journal_reactor_call(journal_complete_cb, c);
+
+	if (rc < 0) {
+		if (rc != -ESHUTDOWN)
+			log_errno(rc, "journal: cannot reach the reactor; %zu "
+			          "spawns go unanswered", c->n);
+		free(c);
+	}
+}
+
 /* Hands the spawn callbacks of batch b to the reactor thread. */
 static void journal_complete(const struct jev *b, int err, const char *msg)
 {
@@ -925,12 +939,7 @@ static void journal_complete(const struct jev *b, int err, const char *msg)
 			c->cb[c->n++].arg = e->arg;
 		}
 	}
-	int rc = journal_reactor_call(journal_complete_cb, c);
-	if (rc < 0) {
-		log_errno(rc, "journal: cannot reach the reactor; %zu spawns "
-		          "go unanswered", n);
-		free(c);
-	}
+	journal_hand_over(c);
 }
 
 /* Runs the prunes of chain b (nothing else in it), answering each. */
@@ -1001,12 +1010,7 @@ static void journal_done(struct jev *b, size_t ndone, bool here, bool direct)
 	} else if (c != NULL && here) {
 		journal_complete_cb(c);
 	} else if (c != NULL) {
-		int rc = journal_reactor_call(journal_complete_cb, c);
-		if (rc < 0) {
-			log_errno(rc, "journal: cannot reach the reactor; %zu "
-			          "spawns go unanswered", c->n);
-			free(c);
-		}
+		journal_hand_over(c);
 	}
 	journal_run_prunes(prunes);
 	journal_free_chain(prunes);

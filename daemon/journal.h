@@ -43,7 +43,8 @@ int journal_open(char *err, size_t len);
 int journal_start(void);
 /*
  * Main thread, right before rok_stop: from here on the journal thread
- * answers nothing (no spawn or prune callback runs, on any thread): a
+ * answers nothing (it runs no spawn or prune callback and hands none to
+ * the reactor; the reactor's own inline commits answer until rok_stop): a
  * reactor_call or rok_spawn after rok_stop would start the runtime again,
  * for connections freed by then.  Queued work is still written.  Returns
  * once the thread is not answering a batch.

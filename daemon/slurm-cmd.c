@@ -111,6 +111,15 @@ static int64_t slurm_cmd_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+const char *slurm_cmd_strerror(int err)
+{
+	if (err == -E2BIG)
+		return "its output was too long to read";
+	if (err == -ETIMEDOUT)
+		return "no answer in time: killed";
+	return strerror(-err);
+}
+
 /*
  * Whether child pid exits by `deadline` (its output may have ended long
  * before: a wrapper that closed its fds, or daemonised).  Without a pidfd

@@ -205,7 +205,7 @@ static int slurm_watch_query(char *out)
 	int st = slurm_cmd_run(slurm_watch_argv(argv, NULL, NULL), NULL, NULL, NULL, out,
 	                       SLURM_WATCH_OUT);
 	if (st < 0) {
-		log_warnx("slurm: squeue: %s", strerror(-st));
+		log_warnx("slurm: squeue: %s", slurm_cmd_strerror(st));
 		return -1;
 	}
 	if (st != 0) {

@@ -362,7 +362,7 @@ static void *slurm_submit_main(void *arg)
 			out[--l] = '\0';
 		if (st < 0)
 			snprintf(s->reason, sizeof(s->reason), "sbatch: %s",
-			         strerror(-st));
+			         slurm_cmd_strerror(st));
 		else
 			snprintf(s->reason, sizeof(s->reason), "sbatch "
 			         "failed (%d): %.160s", st, out);

@@ -33,6 +33,9 @@ extern unsigned slurm_cmd_timeout_ms;   /* tests shorten it */
 int slurm_cmd_run(char *const *argv, char *const *envp,
                   const struct exec_user *u, const char *in, char *out,
                   size_t cap);
+/* A negative slurm_cmd_run result for people ("output too long", not
+ * E2BIG's "Argument list too long"). */
+const char *slurm_cmd_strerror(int err);
 
 /* ---- slurm-watch.c ---------------------------------------------------- */
 

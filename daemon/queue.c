@@ -124,12 +124,18 @@ void queue_run_locked(struct group *g)
 	}
 }
 
-/* Lock held: a task's group by its TaskSpec.group (empty: default), or
- * NULL when there is none or it is being removed. */
+/* Lock held: a task's group by its TaskSpec.group (empty: default), one
+ * being removed included, or NULL. */
+static struct group *queue_group_named(const uint8_t *name, size_t len)
+{
+	return len == 0 ? group_find("default", 7)
+	                : group_find((const char *)name, len);
+}
+
+/* Lock held: the same, but NULL for one being removed. */
 static struct group *queue_group_of(const uint8_t *name, size_t len)
 {
-	struct group *g = len == 0 ? group_find("default", 7)
-	                           : group_find((const char *)name, len);
+	struct group *g = queue_group_named(name, len);
 
 	return g != NULL && !g->removing ? g : NULL;
 }
@@ -145,9 +151,7 @@ bool queue_group_exists(const uint8_t *name, size_t len)
 bool queue_group_slurm(const TaskSpec *spec)
 {
 	queue_lock();
-	struct group *g = spec->group.len == 0
-	        ? group_find("default", 7)
-	        : group_find((const char *)spec->group.data, spec->group.len);
+	struct group *g = queue_group_named(spec->group.data, spec->group.len);
 	bool slurm = g != NULL && strcmp(g->backend, "slurm") == 0;
 	queue_unlock();
 	return slurm;
@@ -156,9 +160,7 @@ bool queue_group_slurm(const TaskSpec *spec)
 void queue_group_partition(const TaskSpec *spec, char *buf, size_t len)
 {
 	queue_lock();
-	struct group *g = spec->group.len == 0
-	        ? group_find("default", 7)
-	        : group_find((const char *)spec->group.data, spec->group.len);
+	struct group *g = queue_group_named(spec->group.data, spec->group.len);
 	snprintf(buf, len, "%s", g != NULL ? g->partition : "");
 	queue_unlock();
 }

@@ -77,6 +77,7 @@ static struct {
 	unsigned refusing;        /* refused connections not yet closed */
 	uint64_t serial;
 	bool shutting_down;
+	struct conn *closed;      /* closed, still referenced */
 	struct conn *freeing;     /* unreferenced, free on a later loop turn */
 } conns;
 
@@ -120,7 +121,8 @@ void conn_ref(struct conn *c)
 }
 
 /* Puts c at the head of a connection list: conns.head while it is open,
- * conns.freeing once closed and unreferenced (prev/next serve both). */
+ * conns.closed once closed, conns.freeing once also unreferenced
+ * (prev/next serve all three). */
 static void conn_link(struct conn **head, struct conn *c)
 {
 	c->prev = NULL;
@@ -161,6 +163,7 @@ void conn_unref(struct conn *c)
 	 * a turn the reactor no longer takes (the daemon stopping) leaves it
 	 * there for conn_free_leftovers.
 	 */
+	conn_unlink(&conns.closed, c);
 	conn_link(&conns.freeing, c);
 	if (event_base_once(reactor_base(), -1, EV_TIMEOUT, conn_free_cb, c,
 	                    NULL) != 0)
@@ -169,13 +172,22 @@ void conn_unref(struct conn *c)
 		          (unsigned long long)c->serial);
 }
 
+/*
+ * The reactor thread has ended, so nothing can give back the references
+ * still held: a reply posted in the reactor's last turn (a stream ended
+ * by a close the client made just before the stop) is refused, and the
+ * wait's reference with it.  Those connections are freed here too.
+ */
 void conn_free_leftovers(void)
 {
-	while (conns.freeing != NULL) {
-		struct conn *c = conns.freeing;
-		conns.freeing = c->next;
-		free(c);
-	}
+	struct conn **lists[] = { &conns.freeing, &conns.closed };
+
+	for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
+		while (*lists[i] != NULL) {
+			struct conn *c = *lists[i];
+			*lists[i] = c->next;
+			free(c);
+		}
 }
 
 bool conn_stream_room(const struct conn *c)
@@ -263,6 +275,7 @@ static void conn_close(struct conn *c, const char *why)
 	bufferevent_free(c->bev);   /* closes the socket */
 	c->bev = NULL;
 	conn_unlink(&conns.head, c);
+	conn_link(&conns.closed, c);
 	conns.count--;
 	if (c->refused)
 		conns.refusing--;

@@ -642,7 +642,8 @@ void conn_accept(int fd);
 void conn_ref(struct conn *c);
 void conn_unref(struct conn *c);
 /* Main thread, once the reactor thread has stopped (rok_stop): frees the
- * connections whose deferred free the loop did not run. */
+ * connections whose deferred free the loop did not run, and the closed
+ * ones a refused reply left referenced. */
 void conn_free_leftovers(void);
 uid_t conn_uid(const struct conn *c);
 bool conn_closed(const struct conn *c);

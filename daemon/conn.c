@@ -6,9 +6,11 @@
  * config.max_frame, or one that does not decode, closes the connection
  * without a reply (the stream cannot be trusted any more).  Each decoded
  * request goes to dispatch(); the loop owns the message and handlers borrow
- * it.  Replies are queued on the bufferevent's output; a client that lets
- * more than config.max_output bytes pile up is disconnected, and nobody
- * else notices.
+ * it: it is decoded into an arena (arena.c) dropped after its dispatch,
+ * with no malloc per field.  A small reply is packed on the stack, a
+ * worker's in one allocation with its delivery.  Replies are queued on the
+ * bufferevent's output; a client that lets more than config.max_output
+ * bytes pile up is disconnected, and nobody else notices.
  *
  * Per uid (quota.c): a connection over max_connections_per_user is kept
  * only to answer its first request (the hello) RESOURCE_EXHAUSTED, then
@@ -36,7 +38,11 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <stdalign.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +50,7 @@
 #include <unistd.h>
 
 #include "rok/blocking.h"
+#include "arena.h"
 #include "wire.h"
 #include "reactor.h"
 #include "rokd.h"
@@ -384,11 +391,26 @@ static void conn_refuse(struct conn *c, uint64_t req_id)
 	conn_maybe_finish(c);
 }
 
+/* Reactor thread only: the arena requests are decoded into (arena.c).  A
+ * request lives from its unpack to the end of its dispatch: handlers
+ * borrow it. */
+static struct {
+	alignas(max_align_t) uint8_t buf[32u << 10];
+	struct arena a;
+	bool ready;
+} conn_arena;
+
 static void conn_read_cb(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
 	struct evbuffer *in = bufferevent_get_input(bev);
 
+	if (!conn_arena.ready) {
+		arena_init(&conn_arena.a, conn_arena.buf,
+		           sizeof(conn_arena.buf), true);
+		conn_arena.ready = true;
+	}
+	struct arena_mark mark = arena_mark(&conn_arena.a);
 	conn_ref(c);   /* a handler may close it */
 	while (!c->dead && !c->draining) {
 		size_t have = evbuffer_get_length(in);
@@ -409,10 +431,11 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 			conn_close(c, "out of memory");
 			break;
 		}
-		Request *req = rok__v1__request__unpack(NULL, n,
+		Request *req = rok__v1__request__unpack(&conn_arena.a.pb, n,
 		                                        buf + WIRE_HEADER);
 		evbuffer_drain(in, WIRE_HEADER + n);
 		if (req == NULL) {
+			arena_release(&conn_arena.a, mark);
 			conn_close(c, "undecodable frame");
 			break;
 		}
@@ -420,7 +443,8 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 			conn_refuse(c, req->id);
 		else
 			dispatch(c, req);
-		rok__v1__request__free_unpacked(req, NULL);
+		/* Handlers only borrow the request: all of it goes at once. */
+		arena_release(&conn_arena.a, mark);
 	}
 	conn_unref(c);
 }
@@ -504,46 +528,59 @@ static void conn_error_init(Response *resp, Rok__V1__Error *e, uint64_t id,
 }
 
 /*
- * Packs resp into a malloc'd frame: its length in *len, or NULL.  A reply
- * larger than the frame limit (a join of many tasks with big values) is
- * replaced by an error: the client is entitled to refuse such a frame.
+ * The response to pack for resp and its encoded size: resp, or, for a
+ * reply larger than the frame limit (a join of many tasks with big
+ * values), an error in *err (with *e): the client is entitled to refuse
+ * such a frame.
  */
-static uint8_t *conn_pack(const Response *resp, size_t *len)
+static const Response *conn_pack_size(const Response *resp, Response *err,
+                                      Rok__V1__Error *e, size_t *n)
 {
-	size_t n = rok__v1__response__get_packed_size(resp);
-	Response err;
-	Rok__V1__Error e;
-
-	if (n > config.max_frame) {
-		conn_error_init(&err, &e, resp->id,
+	*n = rok__v1__response__get_packed_size(resp);
+	if (*n > config.max_frame) {
+		conn_error_init(err, e, resp->id,
 		                ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED,
 		                "reply larger than the frame limit: ask for "
 		                "fewer tasks");
-		resp = &err;
-		n = rok__v1__response__get_packed_size(resp);
+		resp = err;
+		*n = rok__v1__response__get_packed_size(resp);
 	}
-	uint8_t *buf = malloc(WIRE_HEADER + n);
-	if (buf == NULL)
-		return NULL;
+	return resp;
+}
+
+/* Packs resp (of packed size n, from conn_pack_size) as a frame into buf,
+ * which has room for WIRE_HEADER + n bytes; returns the frame's length. */
+static size_t conn_pack(const Response *resp, size_t n, uint8_t *buf)
+{
 	wire_put_header(buf, (uint32_t)n);
 	rok__v1__response__pack(resp, buf + WIRE_HEADER);
-	*len = WIRE_HEADER + n;
-	return buf;
+	return WIRE_HEADER + n;
 }
+
+/* Frames up to this size are packed on the stack: most replies are a
+ * spawn's or a ping's, a few dozen bytes, and a malloc + free each was
+ * pure churn. */
+#define CONN_SEND_STACK 512
 
 void conn_send(struct conn *c, const Response *resp)
 {
-	size_t len;
+	uint8_t stack[CONN_SEND_STACK];
+	Response err;
+	Rok__V1__Error e;
+	size_t n;
 
 	if (c->dead)
 		return;
-	uint8_t *buf = conn_pack(resp, &len);
+	resp = conn_pack_size(resp, &err, &e, &n);
+	uint8_t *buf = n <= sizeof(stack) - WIRE_HEADER ? stack
+	               : malloc(WIRE_HEADER + n);
 	if (buf == NULL) {
 		conn_close(c, "out of memory");
 		return;
 	}
-	conn_queue(c, buf, len);
-	free(buf);
+	conn_queue(c, buf, conn_pack(resp, n, buf));
+	if (buf != stack)
+		free(buf);
 }
 
 void conn_send_error(struct conn *c, uint64_t id, ErrorCode code,
@@ -663,7 +700,8 @@ void conn_release(struct conn *c)
 struct delivery {
 	struct conn *conn;
 	size_t len;
-	uint8_t *frame;         /* NULL: packing failed */
+	uint8_t *frame;         /* after it, in the same allocation; NULL:
+	                           there was no memory for it */
 };
 
 static void reply_deliver(void *arg)
@@ -681,27 +719,35 @@ static void reply_deliver(void *arg)
 	c->in_flight--;
 	conn_maybe_finish(c);
 	conn_unref(c);
-	free(d->frame);
 	free(d);
 }
 
 void reply_post(struct conn *c, const Response *resp)
 {
-	struct delivery *d = malloc(sizeof(*d));
+	Response too_big;
+	Rok__V1__Error e;
+	size_t n;
 
-	if (d == NULL) {
+	resp = conn_pack_size(resp, &too_big, &e, &n);
+	/* One allocation for the delivery and its frame (n is at most
+	 * max_frame, itself bounded by the configuration). */
+	struct delivery *d = malloc(sizeof(*d) + WIRE_HEADER + n);
+	if (d != NULL) {
+		d->frame = (uint8_t *)(d + 1);
+		d->len = conn_pack(resp, n, d->frame);
+	} else if ((d = malloc(sizeof(*d))) != NULL) {
+		d->frame = NULL;    /* the connection is closed at delivery */
+	} else {
 		/* Rare enough to tolerate: the client's wait goes unanswered
 		 * and the connection reference is lost. */
 		log_warnx("out of memory for a reply; one client waits forever");
 		return;
 	}
 	d->conn = c;
-	d->frame = conn_pack(resp, &d->len);
 	int err = reactor_call(reply_deliver, d);
 	if (err < 0) {
 		if (err != -ESHUTDOWN)   /* at stop: the client is gone anyway */
 			log_errno(err, "could not hand a reply to the reactor");
-		free(d->frame);
 		free(d);
 	}
 }

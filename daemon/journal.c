@@ -178,6 +178,9 @@ enum {
 	JST_EXEC,
 	JST_SLURM,
 	JST_REQUEUE,
+	JST_BEGIN,
+	JST_COMMIT,
+	JST_ROLLBACK,
 	JST_COUNT,
 };
 
@@ -206,6 +209,11 @@ static const char *const journal_sql[JST_COUNT] = {
 	[JST_REQUEUE] = "UPDATE tasks SET state = 1, run = ?2, next_us = ?3, "
 	                "started_us = 0, pgid = NULL, pg_start = NULL, "
 	                "slurm_job = NULL WHERE id = ?1 AND state < 3",
+	/* Prepared too: sqlite3_exec parsed them again on every commit,
+	 * a few µs per batch on the acknowledgement path. */
+	[JST_BEGIN] = "BEGIN",
+	[JST_COMMIT] = "COMMIT",
+	[JST_ROLLBACK] = "ROLLBACK",
 };
 
 static struct {
@@ -858,16 +866,16 @@ static int journal_commit(const struct jev *b, size_t *ndone)
 
 	*ndone = 0;
 	journal_idset_init(&fin, b);
-	rc = sqlite3_exec(journal.db, "BEGIN", NULL, NULL, NULL);
+	rc = journal_step(journal.st[JST_BEGIN]);
 	for (const struct jev *e = b; rc == SQLITE_OK && e != NULL;
 	     e = e->next) {
 		rc = journal_write(e, &fin);
 		*ndone += e->type == JEV_SPAWN && e->done != NULL;
 	}
 	if (rc == SQLITE_OK)
-		rc = sqlite3_exec(journal.db, "COMMIT", NULL, NULL, NULL);
+		rc = journal_step(journal.st[JST_COMMIT]);
 	if (rc != SQLITE_OK && !sqlite3_get_autocommit(journal.db))
-		(void)sqlite3_exec(journal.db, "ROLLBACK", NULL, NULL, NULL);
+		(void)journal_step(journal.st[JST_ROLLBACK]);
 	return rc;
 }
 

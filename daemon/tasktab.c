@@ -26,6 +26,9 @@
  * started) or records them as interrupted, as after a crash.
  */
 #include <errno.h>
+#include <stdalign.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -33,6 +36,7 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "arena.h"
 #include "exec.h"
 #include "journal.h"
 #include "rokd.h"
@@ -622,7 +626,22 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 int tasktab_start_packed(struct rtask *r, const uint8_t *spec, size_t len,
                          const struct rt_reply *reply)
 {
-	TaskSpec *s = rok__v1__task_spec__unpack(NULL, len, spec);
+	/* Decoded into this thread's arena (the reactor's, the journal
+	 * thread's or a worker's), no malloc per field: tasktab_start copies
+	 * what it keeps.  A start within the start (a task that another's
+	 * end starts) takes its pieces after this one's and gives them back
+	 * first. */
+	static _Thread_local struct {
+		alignas(max_align_t) uint8_t buf[4096];
+		struct arena a;
+		bool ready;
+	} ar;
+	if (!ar.ready) {
+		arena_init(&ar.a, ar.buf, sizeof(ar.buf), false);
+		ar.ready = true;
+	}
+	struct arena_mark mark = arena_mark(&ar.a);
+	TaskSpec *s = rok__v1__task_spec__unpack(&ar.a.pb, len, spec);
 
 	if (s == NULL) {
 		uint64_t id = r->id;
@@ -630,12 +649,13 @@ int tasktab_start_packed(struct rtask *r, const uint8_t *spec, size_t len,
 		snprintf(o.reason, sizeof(o.reason), "could not start: out of "
 		         "memory");
 		tasktab_finish(r, &o);
+		arena_release(&ar.a, mark);
 		if (reply != NULL && reply->conn != NULL)
 			tasktab_reply(id, reply);
 		return -ENOMEM;
 	}
 	int err = tasktab_start(r, s, reply);
-	rok__v1__task_spec__free_unpacked(s, NULL);
+	arena_release(&ar.a, mark);
 	return err;
 }
 

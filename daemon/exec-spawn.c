@@ -605,11 +605,15 @@ void exec_spawn_submit(struct exec_req *r)
 		spawn.head = r;
 	spawn.tail = r;
 	exec_spawn_grow_locked();
+	pthread_mutex_unlock(&spawn.lock);
 	/* One spawner is enough: any may take any request that is eligible,
 	 * and one that is not (its user holds SPAWN_PER_UID spawners) waits
-	 * for one of those to finish, which wakes the others. */
+	 * for one of those to finish, which wakes the others.  Signalled
+	 * after the unlock: a spawner woken under the lock ran into it at
+	 * once and slept again on it (a futex round trip per child in strace;
+	 * the spawner looks at the queue under the lock, so no request is
+	 * missed). */
 	pthread_cond_signal(&spawn.cond);
-	pthread_mutex_unlock(&spawn.lock);
 }
 
 /* Frees what only the child needed, and closes the child's fds. */

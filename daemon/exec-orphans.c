@@ -5,9 +5,10 @@
  * its pid) and dies with rokd (PR_SET_PDEATHSIG), but what it started in
  * the background stays in the group and survives as orphans.  So the
  * journal records, for every run, the group id and the leader's start time
- * (clock ticks since boot, field 22 of /proc/<pid>/stat: exec.c reads it
- * with exec_orphans_stat right after the spawn, while the child is ours
- * and unreaped, so the pid names it).  At the next start, recovery hands the
+ * (clock ticks since boot, field 22 of /proc/<pid>/stat: the spawner
+ * knows it from the clock around the clone, or exec.c reads it with
+ * exec_orphans_stat right after the spawn, while the child is ours and
+ * unreaped, so the pid names it).  At the next start, recovery hands the
  * groups of the runs it interrupts to exec_orphans_kill, which scans /proc
  * once and sends SIGKILL to a group when a process of that group exists and
  *   - no process has pid == pgid: the leader is dead, and a group id is not

@@ -86,6 +86,7 @@ struct exec_job {
 	pid_t pid;                  /* 0: none */
 	int pidfd;
 	int outfd[2];               /* our ends of stdout, stderr; -1: closed */
+	bool eof[2];                /* outfd[i] at its end, closed at the end */
 	int infd;                   /* our end of stdin; -1: none/closed */
 	struct exec_cgroup cg;      /* procs -1: none */
 	bool reaped;
@@ -313,14 +314,20 @@ fail:
 /*
  * Journals the child's process group (its pid: it leads the group) and its
  * start time, for recovery to kill what is left of the group if rokd dies
- * (exec-orphans.c).  The child is ours and unreaped: /proc/<pid> is it.
+ * (exec-orphans.c).  The start time is the spawner's (exec_spawner_run)
+ * when it knows it; else /proc/<pid>/stat's: the child is ours and
+ * unreaped, so /proc/<pid> is it.
  */
-static void exec_record_group(struct exec_job *j)
+static void exec_record_group(struct exec_job *j, const struct exec_req *r)
 {
 	pid_t pgrp;
 	uint64_t start;
-	int err = exec_orphans_stat(j->pid, &pgrp, &start);
+	int err = 0;
 
+	if (r->start_known)
+		start = r->start_ticks;
+	else
+		err = exec_orphans_stat(j->pid, &pgrp, &start);
 	if (err < 0) {
 		log_errno(err, "task %llu: /proc/%d/stat: its process group is "
 		          "not recorded, nor killed if rokd dies",
@@ -365,7 +372,7 @@ static rok_poll exec_await_start(rok_cx *cx, struct exec_job *j)
 		j->pidfd = r->pidfd;
 		r->pid = 0;
 		r->pidfd = -1;
-		exec_record_group(j);
+		exec_record_group(j, r);
 	} else if (j->end_how == RT_SUCCEEDED) {
 		exec_fail(j, "%s", r->reason);
 	}
@@ -405,7 +412,7 @@ static rok_poll exec_wait(rok_cx *cx, struct exec_job *j)
 	if (j->pidfd >= 0 && (!j->reaped || cx->releasing))
 		ready |= rok_readable(cx, &j->io_pid, j->pidfd) == ROK_READY;
 	for (int i = 0; i < 2; i++)
-		if (j->outfd[i] >= 0)
+		if (j->outfd[i] >= 0 && !j->eof[i])
 			ready |= rok_readable(cx, &j->io_out[i], j->outfd[i]) ==
 			         ROK_READY;
 	if (j->infd >= 0)
@@ -465,12 +472,18 @@ static void exec_release(rok_cx *cx, struct exec_job *j)
  * worker from other tasks; the next exec_wait yields first).  The
  * readiness edge was consumed, so the pipe must be read again without
  * awaiting it.
+ *
+ * At its end the pipe's wait is released but the fd stays open (eof) until
+ * the task ends, when both pipes and the pidfd go to rok_io_close one right
+ * after the other: each close is a request to the reactor thread, and
+ * three made together wake it once, where a close at each end woke it
+ * three times per child (strace of rokd running `true`).
  */
 static void exec_drain(rok_cx *cx, struct exec_job *j, int i, int budget)
 {
 	uint8_t buf[EXEC_READ_BYTES];
 
-	for (int reads = 0; j->outfd[i] >= 0; reads++) {
+	for (int reads = 0; j->outfd[i] >= 0 && !j->eof[i]; reads++) {
 		if (reads == budget) {
 			j->more = true;
 			return;
@@ -484,7 +497,11 @@ static void exec_drain(rok_cx *cx, struct exec_job *j, int i, int budget)
 			continue;
 		if (n < 0 && errno == EAGAIN)
 			return;
-		exec_close(cx, &j->io_out[i], &j->outfd[i], false);
+		bool was = cx->releasing;
+		cx->releasing = true;
+		(void)rok_readable(cx, &j->io_out[i], j->outfd[i]);
+		cx->releasing = was;
+		j->eof[i] = true;
 	}
 }
 
@@ -584,7 +601,9 @@ static void exec_kill_now(struct exec_job *j)
  * worker for as long as it writes.  What it writes past that is dropped. */
 static int exec_drain_last(struct exec_job *j, int i)
 {
-	int size = j->outfd[i] >= 0 ? fcntl(j->outfd[i], F_GETPIPE_SZ) : 0;
+	if (j->outfd[i] < 0 || j->eof[i])
+		return 0;
+	int size = fcntl(j->outfd[i], F_GETPIPE_SZ);
 
 	if (size <= 0)
 		size = 1 << 20;   /* pipe-max-size's default */

@@ -112,6 +112,11 @@ struct exec_req {
 	/* Out. */
 	pid_t pid;                  /* > 0: started; then pidfd is open */
 	int pidfd;                  /* -1 until started */
+	/* The child's start time in clock ticks since boot (field 22 of
+	 * /proc/<pid>/stat) when the spawner could tell it without reading
+	 * that file; else the task reads it (exec_orphans_stat). */
+	bool start_known;
+	uint64_t start_ticks;
 	char reason[160];           /* why not started, for people */
 	struct exec_req *next;
 };

@@ -3,19 +3,29 @@
  *
  * Time is counted in ticks of 2^16 ns (65.5 us).  Six levels of 64 slots
  * each cover 2^36 ticks, 2^52 ns (52 days).  A timer sits at the level of
- * the highest tick bit in which its deadline differs from `elapsed` (the
- * time processed so far), so every timer of a lower level is due before any
- * of a higher one, and the next expiry is found by scanning each level's
- * 64-bit occupancy word (Tokio's design; its wheel counts in 1 ms ticks).
+ * its distance from `elapsed` (the time processed so far): level L holds
+ * the timers 64^L to 64^(L+1) ticks away, in the slot of their deadline's
+ * bits 6L..6L+5, so a level-L slot holds a window of 64^L ticks and never
+ * starts after a deadline it holds.  The windows a level holds at once are
+ * the 64 from `elapsed` on, so each slot names one: the first at or after
+ * `elapsed` with its index (at the top level, the first after it).  The next
+ * expiry is the earliest of each level's first occupied slot, found by
+ * scanning the level's 64-bit occupancy word.
  *
- * A deadline that differs from `elapsed` above bit 35 (a "far" timer: more
- * than a turn of the top level away, or just across a multiple of 2^36
- * ticks, which CLOCK_MONOTONIC passes after 52 days of uptime) goes to the
- * top level too, in the slot its deadline names there.  That slot may be at
- * or behind the current one; it is then taken to start a turn later.  When
- * a slot comes due, its timers that are not due yet are filed again from
- * the new `elapsed`: a far one goes round the top level again, the others
- * go down.  A slot never starts after a deadline it holds, so no timer
+ * Not Tokio's rule (the level of the highest tick bit in which the deadline
+ * differs from `elapsed`), under which a timer 1 ms away whose deadline
+ * crosses a multiple of 2^12 ticks sits at level 2: every timer waiting
+ * across that multiple then had to be moved down at once when the clock
+ * reached it, in rok-bench's timer_storm some 35,000 every 268 ms, a stall
+ * of over 10 ms of the worker firing them, and most of the row's p99
+ * lateness.  By distance, a timer is moved down at most once per level it
+ * is above the one its sleep's length names.
+ *
+ * A timer 2^36 ticks away or more (a "far" timer: more than a turn of the
+ * top level away) goes to the top level too, in the slot its deadline names
+ * there, which is then taken a turn or more early.  When a slot comes due,
+ * its timers that are not due yet are filed again from the new `elapsed`:
+ * a far one goes round the top level again, the others go down.  No timer
  * fires late, and every deadline up to INT64_MAX ns ("never") has a place.
  *
  * Deadlines are rounded up to a tick, so a timer never fires early; it
@@ -138,10 +148,10 @@ static void timer_file(struct timer_wheel *tw, rok_waiter *w, uint64_t when,
 {
 	if (when <= tw->elapsed)
 		when = tw->elapsed;   /* due: goes to the current level-0 slot */
-	uint64_t diff = (when ^ tw->elapsed) | 1;   /* |1: level 0 when equal */
-	unsigned level = diff >= TIMER_MAX_TICKS
+	uint64_t dist = when - tw->elapsed;
+	unsigned level = dist >= TIMER_MAX_TICKS
 	                         ? TIMER_LEVELS - 1   /* far: see the top */
-	                         : (unsigned)(63 - __builtin_clzll(diff)) /
+	                         : (unsigned)(63 - __builtin_clzll(dist | 1)) /
 	                                   TIMER_BITS;
 	unsigned slot = (unsigned)(when >> (level * TIMER_BITS)) &
 	                (TIMER_SLOTS - 1);
@@ -190,44 +200,53 @@ static void timer_release(rok_waiter *w)
 }
 
 /*
- * Lock held.  The next occupied slot: its level, slot and the tick at which
- * it starts.  False if the wheel is empty.
+ * Lock held.  The first window of `level` that a slot may hold, counted in
+ * the level's slot spans: the first at or after `elapsed` (the top level:
+ * after it, so a far timer filed again goes a turn on).  See the note at
+ * the top.
+ */
+static uint64_t timer_first_window(const struct timer_wheel *tw,
+                                   unsigned level)
+{
+	unsigned shift = level * TIMER_BITS;
+
+	if (level == TIMER_LEVELS - 1)
+		return (tw->elapsed >> shift) + 1;
+	return (tw->elapsed + ((uint64_t)1 << shift) - 1) >> shift;
+}
+
+/*
+ * Lock held.  The occupied slot that starts first: its level, slot and the
+ * tick at which it starts; on a tie the higher level (its timers, filed
+ * lower, join those due with them).  False if the wheel is empty.
  */
 static bool timer_next_slot(struct timer_wheel *tw, unsigned *level,
                             unsigned *slot, uint64_t *start)
 {
-	for (unsigned l = 0; l < TIMER_LEVELS; l++) {
+	bool found = false;
+
+	for (unsigned l = TIMER_LEVELS; l-- > 0;) {
 		uint64_t occ = tw->occupied[l];
 		if (occ == 0)
 			continue;
+		/* Rotate the first window's slot to bit 0: the first occupied
+		 * one from there is the level's next. */
 		unsigned shift = l * TIMER_BITS;
-		unsigned now_slot = (unsigned)(tw->elapsed >> shift) &
-		                    (TIMER_SLOTS - 1);
-		/*
-		 * Above level 0, the current slot comes last: only the top
-		 * level's far timers are ever there, due a turn later or more
-		 * (a timer is filed where its slot differs from elapsed's, and
-		 * elapsed never enters a slot it has not emptied).  At level 0
-		 * the current slot holds what is due now.  Rotate so that the
-		 * first slot to look at is bit 0.
-		 */
-		unsigned first = (now_slot + (l > 0)) & (TIMER_SLOTS - 1);
+		uint64_t c = timer_first_window(tw, l);
+		unsigned first = (unsigned)c & (TIMER_SLOTS - 1);
 		uint64_t rot = first == 0 ? occ
 		                          : (occ >> first) | (occ << (64 - first));
-		unsigned s = (first + (unsigned)__builtin_ctzll(rot)) &
-		             (TIMER_SLOTS - 1);
-		uint64_t level_span = (uint64_t)1 << (shift + TIMER_BITS);
-		uint64_t base = tw->elapsed & ~(level_span - 1);
-		uint64_t t = base + ((uint64_t)s << shift);
-		uint64_t cur = tw->elapsed & ~(((uint64_t)1 << shift) - 1);
-		if (t < cur || (l > 0 && t == cur))
-			t += level_span;   /* in the next turn */
-		*level = l;
-		*slot = s;
-		*start = t;
-		return true;
+		unsigned off = (unsigned)__builtin_ctzll(rot);
+		uint64_t t = (c + off) << shift;
+		unsigned s = (first + off) & (TIMER_SLOTS - 1);
+		if (!found || t < *start) {
+			*level = l;
+			*slot = s;
+			*start = t;
+			found = true;
+		}
 	}
-	return false;
+	return found;
 }
 
 int64_t timer_next(struct timer_wheel *tw)
@@ -330,8 +349,9 @@ unsigned timer_fire(struct timer_wheel *tw, int64_t now)
 	if (!timer_armed(tw))
 		return 0;
 	spin_lock(&tw->lock);
-	/* Each take advances elapsed (a slot to take starts after it), so
-	 * this ends even when far timers go round the top level. */
+	/* Each take empties a slot: its timers fire or go to lower levels,
+	 * or, far, round the top level, whose slots start after elapsed; so
+	 * this ends. */
 	for (;;) {
 		if (tw->firing == NULL) {
 			timer_file_deferred(tw);
@@ -339,6 +359,11 @@ unsigned timer_fire(struct timer_wheel *tw, int64_t now)
 				break;
 		}
 		rok_waiter *w = tw->firing;
+		/* A slot's nodes and tasks are spread over the heap: a cache
+		 * miss each.  Start loading the next node and this one's task
+		 * now, so the two overlap instead of following each other. */
+		__builtin_prefetch(w->next, 1);
+		__builtin_prefetch(w->task, 1);
 		int64_t deadline = timer_op(w)->deadline;
 		uint64_t when = timer_tick_ceil(deadline);
 		if (when > now_tick) {
@@ -372,6 +397,24 @@ unsigned timer_fire(struct timer_wheel *tw, int64_t now)
 	spin_unlock(&tw->lock);
 	timer_wake(due, n);
 	return total + n;
+}
+
+size_t timer_count_from(struct timer_wheel *tw, unsigned level)
+{
+	size_t n = 0;
+
+	spin_lock(&tw->lock);
+	for (unsigned l = level; l < TIMER_LEVELS; l++)
+		for (unsigned s = 0; s < TIMER_SLOTS; s++) {
+			rok_waiter *h = tw->slots[l][s], *w = h;
+			if (h != NULL)
+				do {
+					n++;
+					w = w->next;
+				} while (w != h);
+		}
+	spin_unlock(&tw->lock);
+	return n;
 }
 
 /* Ready if op->deadline passed at `now`, else arms the timer. */

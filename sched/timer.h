@@ -5,6 +5,7 @@
 #define ROK_TIMER_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "rok/rok.h"
@@ -40,6 +41,10 @@ void timer_skew_clock(int64_t ns);
 /* Tests only: `fn` (NULL: none) runs each time timer_fire has woken a
  * batch and not yet taken the lock again. */
 void timer_hook_batch(void (*fn)(void));
+
+/* Tests only: how many timers are filed at `level` or above (not those
+ * being fired). */
+size_t timer_count_from(struct timer_wheel *tw, unsigned level);
 
 static inline bool timer_armed(struct timer_wheel *tw)
 {

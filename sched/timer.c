@@ -19,7 +19,10 @@
  * reached it, in rok-bench's timer_storm some 35,000 every 268 ms, a stall
  * of over 10 ms of the worker firing them, and most of the row's p99
  * lateness.  By distance, a timer is moved down at most once per level it
- * is above the one its sleep's length names.
+ * is above the one its sleep's length names, counted from the wheel's
+ * time: that stands still while the wheel is empty (timer_fire returns at
+ * once), so the first sleep after an idle spell may be filed a level or
+ * more higher and moved down more often; correct, and rare under load.
  *
  * A timer 2^36 ticks away or more (a "far" timer: more than a turn of the
  * top level away) goes to the top level too, in the slot its deadline names
@@ -217,8 +220,12 @@ static uint64_t timer_first_window(const struct timer_wheel *tw,
 
 /*
  * Lock held.  The occupied slot that starts first: its level, slot and the
- * tick at which it starts; on a tie the higher level (its timers, filed
- * lower, join those due with them).  False if the wheel is empty.
+ * tick at which it starts; on a tie the higher level, and not only for
+ * its timers to join, filed lower, those due with them: the top level
+ * reads its slots as the windows after elapsed, so a top slot left for
+ * a lower one starting at the same tick would read, once elapsed reached
+ * that tick, as a whole turn later (check_timer top_slot_tie).  False if
+ * the wheel is empty.
  */
 static bool timer_next_slot(struct timer_wheel *tw, unsigned *level,
                             unsigned *slot, uint64_t *start)

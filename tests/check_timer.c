@@ -741,6 +741,53 @@ START_TEST(filed_by_distance)
 END_TEST
 
 /*
+ * A top-level slot and a lower one that start at the same tick.
+ * The top level names the windows after elapsed, so the top slot must be
+ * taken first: taken after the lower one, elapsed is already at its start
+ * and it reads as a turn (2^36 ticks, 52 days) later.  A (20 h away, so at
+ * the top level) and B (1 h away when filed, level 4) both start at t, a
+ * multiple of 2^46 ns (2^30 ticks).  With the clock past both, both fire.
+ */
+START_TEST(top_slot_tie)
+{
+	rok_task *t[2];
+	int64_t now = rok_now(), tb = ((now >> 46) + 2) << 46;
+	int64_t deadline[2] = { tb + ROK_MS(1), tb + ROK_MS(2) };
+	int order0[1] = { 0 };
+
+	test_workers(1);
+	timer_skew_clock(tb - ROK_S(20 * 3600) - now);
+	ck_assert_int_eq(rok_start(), 0);
+	struct worker *w = atomic_load_explicit(&executor.workers[0],
+	                                        memory_order_relaxed);
+	far_spawn(t, deadline, 1, order0);
+	ck_assert_uint_eq(timer_count_from(&w->timers, 5), 1);
+	far_clock_to(tb - ROK_S(3600));
+	for (;;) {   /* until the worker's wheel has looked at the new time */
+		spin_lock(&w->timers.lock);
+		uint64_t e = w->timers.elapsed;
+		spin_unlock(&w->timers.lock);
+		if (e >= (uint64_t)(tb - ROK_S(3600)) >> 16)
+			break;
+		far_poke();
+	}
+	struct far f = { .idx = 1, .deadline = deadline[1] };
+	int64_t base = rok_registrations();
+	ck_assert_int_eq(rok_spawn(&t[1], far_poll, &f, sizeof(f)), 0);
+	while (rok_registrations() < base + 1)
+		sched_yield();
+	ck_assert_uint_eq(timer_count_from(&w->timers, 5), 1);
+	ck_assert_uint_eq(timer_count_from(&w->timers, 4), 2);
+	far_clock_to(tb + ROK_MS(10));
+	far_wait_fired(2);
+	ck_assert_int_eq(atomic_load(&fired[0]), 0);
+	ck_assert_int_eq(atomic_load(&fired[1]), 1);
+	ck_assert_int_eq(atomic_load(&fired_early), 0);
+	far_reap(t, 2);
+}
+END_TEST
+
+/*
  * Timers of one slot fire while another thread cancels them.  Firing wakes
  * tasks in batches of 64 and drops the wheel's lock to do it; a sleeper
  * released meanwhile must be unlinked from wherever the firing thread keeps
@@ -917,6 +964,7 @@ static Suite *timer_suite(void)
 		{ "far_cancel", far_cancel },
 		{ "fire_while_cancelling", fire_while_cancelling },
 		{ "filed_by_distance", filed_by_distance },
+		{ "top_slot_tie", top_slot_tie },
 	};
 
 	Suite *s = TEST_SUITE("timer", cases, 30);

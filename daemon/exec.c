@@ -382,6 +382,16 @@ static rok_poll exec_await_start(rok_cx *cx, struct exec_job *j)
 
 /* ---- supervising (worker) ------------------------------------------------ */
 
+/* Drops the wait `op` may hold on fd (an await polled with
+ * cx->releasing set releases its registration). */
+static void exec_unwatch(rok_cx *cx, rok_io_op *op, int fd, bool write)
+{
+	bool was = cx->releasing;
+	cx->releasing = true;
+	(void)(write ? rok_writable(cx, op, fd) : rok_readable(cx, op, fd));
+	cx->releasing = was;
+}
+
 /* Closes one of our fds that may have been awaited with `op`: the wait is
  * released first, then the fd goes to rok_io_close (no round trip to the
  * reactor thread: the worker does not wait for its epoll_ctl). */
@@ -389,10 +399,7 @@ static void exec_close(rok_cx *cx, rok_io_op *op, int *fd, bool write)
 {
 	if (*fd < 0)
 		return;
-	bool was = cx->releasing;
-	cx->releasing = true;
-	(void)(write ? rok_writable(cx, op, *fd) : rok_readable(cx, op, *fd));
-	cx->releasing = was;
+	exec_unwatch(cx, op, *fd, write);
 	rok_io_close(*fd);
 	*fd = -1;
 }
@@ -497,10 +504,7 @@ static void exec_drain(rok_cx *cx, struct exec_job *j, int i, int budget)
 			continue;
 		if (n < 0 && errno == EAGAIN)
 			return;
-		bool was = cx->releasing;
-		cx->releasing = true;
-		(void)rok_readable(cx, &j->io_out[i], j->outfd[i]);
-		cx->releasing = was;
+		exec_unwatch(cx, &j->io_out[i], j->outfd[i], false);
 		j->eof[i] = true;
 	}
 }

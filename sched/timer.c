@@ -366,11 +366,6 @@ unsigned timer_fire(struct timer_wheel *tw, int64_t now)
 				break;
 		}
 		rok_waiter *w = tw->firing;
-		/* A slot's nodes and tasks are spread over the heap: a cache
-		 * miss each.  Start loading the next node and this one's task
-		 * now, so the two overlap instead of following each other. */
-		__builtin_prefetch(w->next, 1);
-		__builtin_prefetch(w->task, 1);
 		int64_t deadline = timer_op(w)->deadline;
 		uint64_t when = timer_tick_ceil(deadline);
 		if (when > now_tick) {

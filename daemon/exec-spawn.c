@@ -284,7 +284,7 @@ struct exec_fail {
 
 struct exec_child_arg {
 	const struct exec_start *s;
-	const struct exec_req *r;
+	struct exec_req *r;         /* the child stores `ran` */
 	pid_t parent;
 	struct exec_fail fail;
 };
@@ -327,11 +327,12 @@ EXEC_CHILD static int exec_child_main(void *arg)
 	uint64_t none = 0;
 	long rc;
 
-	/* exec_spawn_kill stores `kill` and then reads the pidfd the kernel
-	 * stored before this child ran (a full barrier of the scheduler lies
-	 * between): either it sees the pidfd and kills, or this sees the
-	 * flag. */
-	if (*(volatile const int *)&a->r->kill)
+	/* Dekker's pattern with exec_spawn_kill, both sides seq_cst: it
+	 * stores `kill` then loads `ran`, this stores `ran` then loads
+	 * `kill`, so at least one sees the other's store: either it kills
+	 * through the pidfd, or this gives up. */
+	__atomic_store_n(&a->r->ran, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&a->r->kill, __ATOMIC_SEQ_CST))
 		exec_child_fail(fail, "cancelled", -ECANCELED);
 	for (int i = 0; i < spawn.nreset; i++)
 		syscall(SYS_rt_sigaction, spawn.reset[i], &dfl, NULL,
@@ -564,16 +565,17 @@ void exec_spawn_kill(struct exec_req *r)
 	bool queued = false;
 
 	pthread_mutex_lock(&spawn.lock);
-	/* seq_cst: the store is ordered before the load of the pidfd (see
+	/* seq_cst: the store is ordered before the load of `ran` (see
 	 * exec_child_main). */
 	__atomic_store_n(&r->kill, 1, __ATOMIC_SEQ_CST);
 	if (r->state == SPAWN_STARTING) {
-		/* Stored by the kernel in clone, while the spawner is inside
-		 * it: -1 until then. */
-		int fd = __atomic_load_n(&r->pidfd, __ATOMIC_SEQ_CST);
-		if (fd >= 0)
-			(void)syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL,
-			              0);
+		/* The pidfd is the child's once the child runs: the kernel
+		 * stored it before.  Not before that: a clone that fails
+		 * after storing the number gives the number back, and it may
+		 * be another file's already (see exec_spawner_run). */
+		if (__atomic_load_n(&r->ran, __ATOMIC_SEQ_CST))
+			(void)syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL,
+			              NULL, 0);
 	} else if (r->state == SPAWN_QUEUED) {
 		/* Still waiting for a spawner, which may not come for long
 		 * (every spawner this user may hold is stuck, or all are):
@@ -712,6 +714,12 @@ static void exec_spawner_run(struct exec_req *r, void *stack)
 	                       CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
 	                       &a, &r->pidfd);
 	int err = pid < 0 ? errno : 0;
+	/* A clone that fails after the kernel stored the pidfd's number
+	 * (cgroup_can_fork refusing, a fatal signal) frees the number: it
+	 * is not ours, and closing it would close whatever file another
+	 * thread opened under it meanwhile. */
+	if (pid < 0)
+		r->pidfd = -1;
 	if (t0_ok && exec_boot_ticks(&t1) && t0 == t1) {
 		r->start_known = true;
 		r->start_ticks = t0;

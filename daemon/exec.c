@@ -223,6 +223,9 @@ static int exec_start(struct exec_job *j)
 		exec_fail(j, "out of memory");
 		return -1;
 	}
+	/* Before any failure: exec_req_free closes what these name. */
+	r->child[0] = r->child[1] = r->child[2] = -1;
+	r->pidfd = -1;
 	if (!exec_available()) {
 		free(r);
 		exec_fail(j, "exec tasks are not available in this process");
@@ -233,8 +236,6 @@ static int exec_start(struct exec_job *j)
 		exec_fail(j, "its cgroup: %s", strerror(-err));
 		goto fail;
 	}
-	r->child[0] = r->child[1] = r->child[2] = -1;
-	r->pidfd = -1;
 	r->owner = j->uid;
 	bool change = config.root && j->uid != 0;
 	if (change || j->clean_env) {

@@ -108,10 +108,12 @@ struct exec_req {
 	rok_oneshot *done;          /* the spawner sends the request back */
 	/* Under the spawner lock. */
 	int state;                  /* queued, starting, done */
+	/* Atomic (seq_cst), set once: exec_spawn_kill and the child. */
 	int kill;                   /* exec_spawn_kill: the task gave up */
+	int ran;                    /* the child runs: clone succeeded */
 	/* Out. */
 	pid_t pid;                  /* > 0: started; then pidfd is open */
-	int pidfd;                  /* -1 until started */
+	int pidfd;                  /* -1 unless started */
 	/* The child's start time in clock ticks since boot (field 22 of
 	 * /proc/<pid>/stat) when the spawner could tell it without reading
 	 * that file; else the task reads it (exec_orphans_stat). */

@@ -640,11 +640,22 @@ static void exec_req_strip(struct exec_req *r)
 	memset(&r->s, 0, sizeof(r->s));
 }
 
+/* Closes our ends of the pipes (a start that failed, or a task gone). */
+static void exec_req_close_ours(struct exec_req *r)
+{
+	for (int i = 0; i < 3; i++) {
+		if (r->ours[i] >= 0)
+			close(r->ours[i]);
+		r->ours[i] = -1;
+	}
+}
+
 void exec_req_free(struct exec_req *r, bool kill_child)
 {
 	if (r == NULL)
 		return;
 	exec_req_strip(r);
+	exec_req_close_ours(r);
 	if (kill_child && r->pid > 0) {
 		exec_kill_reap_close(r->pid, r->pidfd, "exec");
 		r->pidfd = -1;
@@ -686,6 +697,52 @@ static bool exec_boot_ticks(uint64_t *ticks)
 	return true;
 }
 
+/* Our end non-blocking, the child's blocking; both close-on-exec.  (A
+ * new pipe end has no status flag but O_NONBLOCK, so clearing the child's
+ * is one F_SETFL of 0, without an F_GETFL first.)  0 or errno. */
+static int exec_pipe(int fds[2], int ours)
+{
+	if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
+		return errno;
+	if (fcntl(fds[1 - ours], F_SETFL, 0) != 0) {
+		int err = errno;
+		close(fds[0]);
+		close(fds[1]);
+		return err;
+	}
+	return 0;
+}
+
+/*
+ * The child's stdin (a pipe when there are bytes to feed it, else
+ * /dev/null), stdout and stderr.  Made here, just before the clone, and
+ * not when the task starts: a start waiting for a spawner holds no fd, so
+ * a burst of starts (or a stuck spawner) cannot run rokd out of fds
+ * (abuse.test saw 200 queued starts hold 800 pipe ends).  0 or errno;
+ * what was made is closed by the caller's cleanup either way.
+ */
+static int exec_spawn_pipes(struct exec_req *r)
+{
+	int p[2], err;
+
+	r->child[0] = spawn.devnull;
+	if (r->want_stdin) {
+		if ((err = exec_pipe(p, 1)) != 0)
+			return err;
+		r->child[0] = p[0];
+		r->ours[0] = p[1];
+	}
+	for (int i = 1; i < 3; i++) {
+		if ((err = exec_pipe(p, 0)) != 0)
+			return err;
+		r->ours[i] = p[0];
+		r->child[i] = p[1];
+	}
+	for (int i = 0; i < 3; i++)
+		r->s.fds[i] = r->child[i];
+	return 0;
+}
+
 /*
  * Starts r's child on `stack` (the top of this spawner's child stack).
  *
@@ -704,25 +761,31 @@ static void exec_spawner_run(struct exec_req *r, void *stack)
 		.r = r,
 		.parent = getpid(),
 	};
-	const char *step = "clone";
+	const char *step = "pipe";
+	pid_t pid = -1;
+	int err = exec_spawn_pipes(r);
 
-	uint64_t t0 = 0, t1 = 0;
-	bool t0_ok = exec_boot_ticks(&t0);
+	if (err == 0) {
+		uint64_t t0 = 0, t1 = 0;
+		bool t0_ok = exec_boot_ticks(&t0);
 
-	/* r->pidfd is -1 (exec_start) until the kernel stores the child's. */
-	pid_t pid = exec_clone(exec_child_main, stack,
-	                       CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
-	                       &a, &r->pidfd);
-	int err = pid < 0 ? errno : 0;
-	/* A clone that fails after the kernel stored the pidfd's number
-	 * (cgroup_can_fork refusing, a fatal signal) frees the number: it
-	 * is not ours, and closing it would close whatever file another
-	 * thread opened under it meanwhile. */
-	if (pid < 0)
-		r->pidfd = -1;
-	if (t0_ok && exec_boot_ticks(&t1) && t0 == t1) {
-		r->start_known = true;
-		r->start_ticks = t0;
+		step = "clone";
+		/* r->pidfd is -1 (exec_start) until the kernel stores the
+		 * child's. */
+		pid = exec_clone(exec_child_main, stack,
+		                 CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
+		                 &a, &r->pidfd);
+		err = pid < 0 ? errno : 0;
+		/* A clone that fails after the kernel stored the pidfd's
+		 * number (cgroup_can_fork refusing, a fatal signal) frees
+		 * the number: it is not ours, and closing it would close
+		 * whatever file another thread opened under it meanwhile. */
+		if (pid < 0)
+			r->pidfd = -1;
+		if (t0_ok && exec_boot_ticks(&t1) && t0 == t1) {
+			r->start_known = true;
+			r->start_ticks = t0;
+		}
 	}
 	pthread_mutex_lock(&spawn.lock);
 	r->state = SPAWN_DONE;   /* exec_spawn_kill leaves the pidfd alone */
@@ -753,6 +816,7 @@ static void exec_spawner_run(struct exec_req *r, void *stack)
 	else
 		snprintf(r->reason, sizeof(r->reason), "%s: %s", step, what);
 	exec_req_strip(r);
+	exec_req_close_ours(r);
 }
 
 static void *exec_spawner_main(void *arg)

@@ -181,22 +181,6 @@ static void exec_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 
 /* ---- starting the child (worker) ----------------------------------------- */
 
-/* Our end non-blocking, the child's blocking; both close-on-exec.  (A
- * new pipe end has no status flag but O_NONBLOCK, so clearing the child's
- * is one F_SETFL of 0, without an F_GETFL first.) */
-static int exec_pipe(int fds[2], int ours)
-{
-	if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
-		return -errno;
-	if (fcntl(fds[1 - ours], F_SETFL, 0) != 0) {
-		int err = -errno;
-		close(fds[0]);
-		close(fds[1]);
-		return err;
-	}
-	return 0;
-}
-
 static void exec_fail(struct exec_job *j, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 static void exec_fail(struct exec_job *j, const char *fmt, ...)
@@ -217,14 +201,15 @@ static void exec_fail(struct exec_job *j, const char *fmt, ...)
 static int exec_start(struct exec_job *j)
 {
 	struct exec_req *r = calloc(1, sizeof(*r));
-	int p[2], err;
+	int err;
 
 	if (r == NULL) {
 		exec_fail(j, "out of memory");
 		return -1;
 	}
 	/* Before any failure: exec_req_free closes what these name. */
-	r->child[0] = r->child[1] = r->child[2] = -1;
+	for (int i = 0; i < 3; i++)
+		r->child[i] = r->ours[i] = -1;
 	r->pidfd = -1;
 	if (!exec_available()) {
 		free(r);
@@ -262,23 +247,7 @@ static int exec_start(struct exec_job *j)
 		exec_fail(j, "out of memory");
 		goto fail;
 	}
-	r->child[0] = exec_devnull();
-	if (j->in_len > 0) {
-		if ((err = exec_pipe(p, 1)) < 0) {
-			exec_fail(j, "pipe: %s", strerror(-err));
-			goto fail;
-		}
-		r->child[0] = p[0];
-		j->infd = p[1];
-	}
-	for (int i = 0; i < 2; i++) {
-		if ((err = exec_pipe(p, 0)) < 0) {
-			exec_fail(j, "pipe: %s", strerror(-err));
-			goto fail;
-		}
-		j->outfd[i] = p[0];
-		r->child[i + 1] = p[1];
-	}
+	r->want_stdin = j->in_len > 0;
 	if ((err = rok_oneshot_new(&r->done)) < 0) {
 		exec_fail(j, "out of memory");
 		goto fail;
@@ -294,7 +263,7 @@ static int exec_start(struct exec_job *j)
 		.envp = r->env,
 		.paths = r->paths,
 		.cwd = r->cwd,
-		.fds = { r->child[0], r->child[1], r->child[2] },
+		.fds = { -1, -1, -1 },   /* the spawner's pipes */
 		.cgroup = j->cg.procs,
 		.change_creds = change,
 		.nice = j->nice,
@@ -371,8 +340,12 @@ static rok_poll exec_await_start(rok_cx *cx, struct exec_job *j)
 	if (r->pid > 0) {
 		j->pid = r->pid;
 		j->pidfd = r->pidfd;
+		j->infd = r->ours[0];
+		j->outfd[0] = r->ours[1];
+		j->outfd[1] = r->ours[2];
 		r->pid = 0;
 		r->pidfd = -1;
+		r->ours[0] = r->ours[1] = r->ours[2] = -1;
 		exec_record_group(j, r);
 	} else if (j->end_how == RT_SUCCEEDED) {
 		exec_fail(j, "%s", r->reason);

@@ -95,7 +95,7 @@ bool exec_available(void);
 
 /*
  * A request to the spawner threads.  The request owns everything it points
- * to (moved in by the exec task) and the child's ends of the pipes; the
+ * to (moved in by the exec task) and the pipes the spawner makes; the
  * spawner frees what only the child needed and closes the child's fds.
  */
 struct exec_req {
@@ -104,7 +104,13 @@ struct exec_req {
 	char *cwd;
 	struct exec_user user;
 	uid_t owner;                /* the submitter: SPAWN_PER_UID */
-	int child[3];               /* closed by the spawner; -1: none */
+	bool want_stdin;            /* a pipe for stdin, else /dev/null */
+	/* The pipes, made by the spawner just before the clone (a queued
+	 * start holds no fd, however many wait): the child's ends, closed
+	 * by the spawner; ours, handed to the task with the answer (closed
+	 * by exec_req_free if still here).  -1: none. */
+	int child[3];
+	int ours[3];                /* stdin (write), stdout, stderr (read) */
 	rok_oneshot *done;          /* the spawner sends the request back */
 	/* Under the spawner lock. */
 	int state;                  /* queued, starting, done */

@@ -114,7 +114,7 @@ struct exec_req {
 	rok_oneshot *done;          /* the spawner sends the request back */
 	/* Under the spawner lock. */
 	int state;                  /* queued, starting, done */
-	/* Atomic (seq_cst), set once: exec_spawn_kill and the child. */
+	/* Atomic (seq_cst), only ever set to 1: exec_spawn_kill, the child. */
 	int kill;                   /* exec_spawn_kill: the task gave up */
 	int ran;                    /* the child runs: clone succeeded */
 	/* Out. */

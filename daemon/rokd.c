@@ -378,12 +378,32 @@ static void rokd_reload(const struct rokd_opts *o)
 	log_info("SIGHUP: limits reloaded from %s", o->config_file);
 }
 
+/*
+ * Fills fds 0, 1 and 2 with /dev/null where they are closed (rokd started
+ * with `<&-`, say): otherwise the first file rokd opens gets such a number,
+ * and the log (fd 2) writes into it, or a stray close of 0 (a bug) closes
+ * a client's connection.  Each missing one is the lowest free number, which
+ * open() takes.
+ */
+static void rokd_std_fds(void)
+{
+	for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; fd++) {
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		int n = open("/dev/null", O_RDWR);
+		if (n != fd)
+			fatalx("/dev/null as fd %d: %s", fd,
+			       n < 0 ? strerror(errno) : "another number");
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct rokd_opts o = { 0 };
 	sigset_t sigs;
 	int sig, err;
 
+	rokd_std_fds();
 	/* Before any file is made: the journal and output hold every user's
 	 * specs and output. */
 	rokd_umask = umask(077);

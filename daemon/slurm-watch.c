@@ -2,15 +2,19 @@
  * slurm-watch.c — watching rokd's Slurm jobs with one query per interval.
  *
  * One thread of its own (started with the first job, ended by
- * slurm_watch_stop) runs, every slurm_poll_interval, ONE squeue of all
- * jobs in every state (`squeue -h -t all -O ...`) and keeps, for each job
- * it was asked to watch, the last state seen, in a table under one mutex.
- * The cost to rokd and to slurmctld is one query per interval however
- * many jobs run; the tasks (slurm.c) read the table when they wake, which
- * costs no query.  A line is matched to a job by its id alone: the query
- * shows no field a user chooses (a job name with a newline in it would
- * add a line of that user's making), and jobs rokd does not watch, of
- * other users or another rokd, are skipped.
+ * slurm_watch_stop) runs, every slurm_poll_interval, ONE squeue of the
+ * jobs of the users rokd watches jobs of, in every state (`squeue -h -t
+ * all -u UID,... -O ...`), and keeps, for each job it was asked to watch,
+ * the last state seen, in a table under one mutex.  The cost to rokd and
+ * to slurmctld is one query per interval however many jobs run; the tasks
+ * (slurm.c) read the table when they wake, which costs no query.  Only
+ * those users' jobs: on a cluster with a hundred thousand jobs, every
+ * user's would pass the output's bound (SLURM_WATCH_OUT), and a query cut
+ * short is no answer, so no job's state would ever change.  A line is
+ * matched to a job by its id alone: the query shows no field a user
+ * chooses (a job name with a newline in it would add a line of that
+ * user's making), and jobs rokd does not watch (another rokd's) are
+ * skipped.
  * A job that the query no longer lists (purged by slurmctld, MinJobAge)
  * becomes SLURM_GONE after two full queries that miss it.  A failed query
  * (slurmctld down) changes nothing: the jobs keep their last state.
@@ -30,6 +34,7 @@
 
 struct slurm_watched {
 	uint32_t jobid;
+	uid_t uid;                  /* the job's user */
 	int misses;
 	struct slurm_jobstate js;
 };
@@ -47,6 +52,9 @@ static struct {
 } sw = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 #define SLURM_WATCH_OUT (4u << 20)   /* bytes of squeue output read */
+/* More users than this in one query: every user's jobs instead (-u's
+ * argument stays far under the kernel's 128 KiB per argument). */
+#define SLURM_WATCH_USERS 4096
 
 /* mkdir 0755 (whatever rokd's umask): each task's directory in it is its
  * user's (slurm.c), whom slurmd must let through.  One that exists keeps
@@ -174,7 +182,7 @@ static char *const *slurm_watch_argv(char **argv, char *name_filter,
                                      char *user)
 {
 	/* No field a user chooses (a job's name may hold a newline, and
-	 * with it a line of its own): the query lists every user's jobs. */
+	 * with it a line of its own). */
 	static const char fmt[] = "JobID:|,State:|,exit_code:|,Reason:|";
 	int k = 0;
 
@@ -196,14 +204,49 @@ static char *const *slurm_watch_argv(char **argv, char *name_filter,
 	return argv;
 }
 
-/* One query; lock not held.  0, or -1 when squeue failed. */
-static int slurm_watch_query(char *out)
+/*
+ * Lock held.  The users of the watched jobs, as squeue's -u wants them
+ * ("0,1000"), malloc'd; NULL for every user's (more than
+ * SLURM_WATCH_USERS, or no memory).
+ */
+static char *slurm_watch_users_locked(void)
+{
+	uid_t *u = malloc(SLURM_WATCH_USERS * sizeof(*u));
+	size_t n = 0;
+
+	if (u == NULL)
+		return NULL;
+	for (size_t i = 0; i < sw.n; i++) {
+		size_t k = 0;
+		while (k < n && u[k] != sw.v[i].uid)
+			k++;
+		if (k < n)
+			continue;
+		if (n == SLURM_WATCH_USERS) {
+			free(u);
+			return NULL;
+		}
+		u[n++] = sw.v[i].uid;
+	}
+	/* Up to 10 digits and a comma each. */
+	char *list = malloc(n * 11 + 1), *p = list;
+	for (size_t k = 0; list != NULL && k < n; k++)
+		p += sprintf(p, "%s%u", k > 0 ? "," : "", (unsigned)u[k]);
+	if (list != NULL)
+		*p = '\0';
+	free(u);
+	return list;
+}
+
+/* One query, of `users`' jobs (NULL: everyone's); lock not held.  0, or
+ * -1 when squeue failed. */
+static int slurm_watch_query(char *out, char *users)
 {
 	if (slurm_cmd_path("squeue") == NULL)
 		return -1;
 	char *argv[12];
-	int st = slurm_cmd_run(slurm_watch_argv(argv, NULL, NULL), NULL, NULL, NULL, out,
-	                       SLURM_WATCH_OUT);
+	int st = slurm_cmd_run(slurm_watch_argv(argv, NULL, users), NULL, NULL,
+	                       NULL, out, SLURM_WATCH_OUT);
 	if (st < 0) {
 		log_warnx("slurm: squeue: %s", slurm_cmd_strerror(st));
 		return -1;
@@ -230,8 +273,10 @@ static void *slurm_watch_main(void *arg)
 		(void)pthread_cond_timedwait(&sw.cond, &sw.lock, &ts);
 		if (sw.stop || sw.n == 0 || out == NULL)
 			continue;
+		char *users = slurm_watch_users_locked();
 		pthread_mutex_unlock(&sw.lock);
-		int ok = slurm_watch_query(out);
+		int ok = slurm_watch_query(out, users);
+		free(users);
 		pthread_mutex_lock(&sw.lock);
 		if (ok < 0)
 			continue;
@@ -257,7 +302,7 @@ static void *slurm_watch_main(void *arg)
 	return NULL;
 }
 
-int slurm_watch_add(uint32_t jobid)
+int slurm_watch_add(uint32_t jobid, uid_t uid)
 {
 	int err = 0;
 
@@ -282,7 +327,7 @@ int slurm_watch_add(uint32_t jobid)
 	}
 	/* misses 0: a job the next two queries miss is gone (sbatch
 	 * answered, so slurmctld has it). */
-	sw.v[sw.n++] = (struct slurm_watched){ .jobid = jobid };
+	sw.v[sw.n++] = (struct slurm_watched){ .jobid = jobid, .uid = uid };
 	pthread_mutex_unlock(&sw.lock);
 	return 0;
 }

@@ -648,7 +648,7 @@ static rok_poll slurm_poll(rok_cx *cx, void *frame)
 	slurm_sub_free(j->sub);
 	j->sub = NULL;
 	journal_slurm_job(j->id, j->jobid);
-	if ((err = slurm_watch_add(j->jobid)) < 0) {
+	if ((err = slurm_watch_add(j->jobid, j->owner)) < 0) {
 		slurm_fail(j, "watching job %u: %s", j->jobid, strerror(-err));
 		slurm_scancel(j->jobid, NULL, NULL);
 		j->jobid = 0;

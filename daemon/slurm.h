@@ -65,9 +65,9 @@ const char *slurm_watch_dir(void);
 /* The job name of run `run` of task `id`: "rok-TAG-ID-RUN".  The run in
  * it keeps a retry (retry_failed) from adopting its failed run's job. */
 void slurm_watch_name(uint64_t id, uint32_t run, char *buf, size_t len);
-/* Any thread: watch job `jobid` (starts the watcher thread on first use):
- * 0 or -errno. */
-int slurm_watch_add(uint32_t jobid);
+/* Any thread: watch job `jobid`, of user `uid` (starts the watcher thread
+ * on first use): 0 or -errno. */
+int slurm_watch_add(uint32_t jobid, uid_t uid);
 void slurm_watch_remove(uint32_t jobid);
 /* Any thread: what the last query saw of jobid. */
 void slurm_watch_get(uint32_t jobid, struct slurm_jobstate *js);

@@ -264,11 +264,6 @@ int exec_spawn_init(void)
 	return err;
 }
 
-int exec_devnull(void)
-{
-	return spawn.devnull;
-}
-
 bool exec_available(void)
 {
 	return spawn.devnull >= 0;   /* exec_spawn_init ran */

@@ -87,8 +87,6 @@ struct exec_start {
  * spawner thread.  0 or -errno. */
 int exec_spawn_init(void);
 
-/* rokd's /dev/null, opened once (O_RDONLY, close-on-exec). */
-int exec_devnull(void);
 /* False until exec_spawn_init ran: a process that never called exec_init
  * (the fuzz harness) must fail exec tasks, not run what its input says. */
 bool exec_available(void);

@@ -20,6 +20,7 @@
  * (slurmctld down) changes nothing: the jobs keep their last state.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -48,8 +49,10 @@ static struct {
 	pthread_t thread;
 	char tag[16];
 	char dir[400];              /* slurm_output_dir, absolute */
+	int dirfd;                  /* it, held open; -1: none */
 	int64_t interval_ms;
-} sw = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+} sw = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
+          .dirfd = -1 };
 
 #define SLURM_WATCH_OUT (4u << 20)   /* bytes of squeue output read */
 /* More users than this in one query: every user's jobs instead (-u's
@@ -91,13 +94,21 @@ int slurm_watch_init(void)
 	}
 	/* rokd as root makes and chowns each task's directory in it: were
 	 * it writable by others, one could put a link to anything there
-	 * under a task's id, and have rokd chown that. */
+	 * under a task's id, and have rokd chown that.  Held open, and the
+	 * task directories made and chowned relative to it: whoever may
+	 * rename a directory above it cannot swap it for another under
+	 * rokd's feet either. */
 	struct stat st;
-	if (stat(out, &st) != 0)
+	int fd = open(out, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
 		return -errno;
-	if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
-	    (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+	if (fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode) ||
+	    st.st_uid != geteuid() ||
+	    (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+		close(fd);
 		return -EPERM;
+	}
+	sw.dirfd = fd;
 	if (snprintf(sw.dir, sizeof(sw.dir), "%s", out) >= (int)sizeof(sw.dir))
 		return -ENAMETOOLONG;
 	/* FNV-1a of the state directory: stable across restarts. */
@@ -112,6 +123,11 @@ int slurm_watch_init(void)
 const char *slurm_watch_dir(void)
 {
 	return sw.dir;
+}
+
+int slurm_watch_dirfd(void)
+{
+	return sw.dirfd;
 }
 
 void slurm_watch_name(uint64_t id, uint32_t run, char *buf, size_t len)

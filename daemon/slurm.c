@@ -286,17 +286,27 @@ static void *slurm_submit_main(void *arg)
 		         (unsigned)s->uid, strerror(-err));
 		return s;
 	}
-	/* The output directory, the user's: slurmd writes there as them. */
-	if ((mkdir(s->dir, 0700) != 0 && errno != EEXIST) ||
-	    (as_user && chown(s->dir, u.uid, u.gid) != 0)) {
+	/* The output directory, the user's: slurmd writes there as them.
+	 * Made, checked and handed over relative to the held output
+	 * directory, never following a link (slurm_watch_init). */
+	char sub[24];
+	int base = slurm_watch_dirfd(), tfd = -1;
+	snprintf(sub, sizeof(sub), "%llu", (unsigned long long)s->id);
+	if ((mkdirat(base, sub, 0700) != 0 && errno != EEXIST) ||
+	    (tfd = openat(base, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+	                  O_CLOEXEC)) < 0 ||
+	    (as_user && fchown(tfd, u.uid, u.gid) != 0)) {
 		snprintf(s->reason, sizeof(s->reason), "%.120s: %s", s->dir,
 		         strerror(errno));
+		if (tfd >= 0)
+			close(tfd);
 		goto out;
 	}
+	(void)unlinkat(tfd, "out", 0);
+	(void)unlinkat(tfd, "err", 0);
+	close(tfd);
 	snprintf(opath, sizeof(opath), "%s/out", s->dir);
 	snprintf(epath, sizeof(epath), "%s/err", s->dir);
-	(void)unlink(opath);
-	(void)unlink(epath);
 	if ((script = slurm_script(s->argv)) == NULL) {
 		snprintf(s->reason, sizeof(s->reason), "out of memory");
 		goto out;

@@ -60,8 +60,11 @@ struct slurm_jobstate {
  * absolute path; -EPERM: not a directory of rokd's uid that group and
  * others may not write). */
 int slurm_watch_init(void);
-/* The output directory, absolute (borrowed). */
+/* The output directory, absolute (borrowed), and an fd of it held open
+ * (for the *at calls that make and hand over the task directories in it:
+ * the path's parents may be renamed, the fd stays on the directory). */
 const char *slurm_watch_dir(void);
+int slurm_watch_dirfd(void);
 /* The job name of run `run` of task `id`: "rok-TAG-ID-RUN".  The run in
  * it keeps a retry (retry_failed) from adopting its failed run's job. */
 void slurm_watch_name(uint64_t id, uint32_t run, char *buf, size_t len);

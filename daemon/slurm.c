@@ -109,7 +109,6 @@ struct slurm_job {
 	rok_task *submit;           /* the blocking job */
 	rok_join_op join;
 	uint32_t jobid;
-	char dir[512];
 	char why[200];              /* what `waiting` shows now */
 	bool running;               /* marked running (tasktab_running) */
 	bool warned;                /* logged that slurmctld is away */
@@ -287,8 +286,8 @@ static void *slurm_submit_main(void *arg)
 		return s;
 	}
 	/* The output directory, the user's: slurmd writes there as them.
-	 * Made, checked and handed over relative to the held output
-	 * directory, never following a link (slurm_watch_init). */
+	 * Made and handed over relative to the held output directory,
+	 * never following a link (slurm_watch_init). */
 	char sub[24];
 	int base = slurm_watch_dirfd(), tfd = -1;
 	snprintf(sub, sizeof(sub), "%llu", (unsigned long long)s->id);
@@ -480,7 +479,6 @@ static void slurm_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 	              (spec->time_limit_ms % 60000 != 0);
 	snprintf(s->dir, sizeof(s->dir), "%s/%llu", slurm_watch_dir(),
 	         (unsigned long long)j->id);
-	memcpy(j->dir, s->dir, sizeof(j->dir));
 	j->fd[0] = j->fd[1] = -1;
 	j->owner = config.root ? s->uid : geteuid();
 	j->timeout_ns = duration_ns(spec->timeout_ms);
@@ -519,14 +517,17 @@ static void slurm_tail(struct slurm_job *j)
 
 	for (int i = 0; i < 2; i++) {
 		if (j->fd[i] < 0) {
-			char p[600];
-			snprintf(p, sizeof(p), "%s/%s", j->dir, names[i]);
-			/* ID/ is the user's: as root, rokd must not follow
-			 * a link they put there (to a file only root may
-			 * read), nor read a file that is not theirs (a hard
-			 * link): it is left unread, and tried again. */
-			j->fd[i] = open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK |
-			                O_NOFOLLOW);
+			char p[64];
+			snprintf(p, sizeof(p), "%llu/%s",
+			         (unsigned long long)j->id, names[i]);
+			/* Through the held output directory, as its task
+			 * directory was made (slurm_submit_main).  ID/ is the
+			 * user's: as root, rokd must not follow a link they
+			 * put there (to a file only root may read), nor read
+			 * a file that is not theirs (a hard link): it is left
+			 * unread, and tried again. */
+			j->fd[i] = openat(slurm_watch_dirfd(), p, O_RDONLY |
+			                  O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
 			if (j->fd[i] < 0)
 				continue;
 			struct stat st;

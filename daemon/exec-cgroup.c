@@ -37,8 +37,8 @@
  * own restart (journal.test) cannot share the cgroup with tests that start
  * rokds in parallel.
  *
- * Threads: exec_cgroup_init on the main thread; the rest on the worker
- * that runs the task, except exec_cgroup_kill (any thread).
+ * Threads: exec_cgroup_init on the main thread; the rest on any thread
+ * (a spawner takes a task's cgroup, the task's worker gives it back).
  */
 #include <dirent.h>
 #include <errno.h>

@@ -652,11 +652,13 @@ void exec_req_free(struct exec_req *r, bool kill_child)
 	exec_req_strip(r);
 	exec_req_close_ours(r);
 	if (kill_child && r->pid > 0) {
+		exec_cgroup_kill(&r->cg);
 		exec_kill_reap_close(r->pid, r->pidfd, "exec");
 		r->pidfd = -1;
 	}
 	if (r->pidfd >= 0)
 		close(r->pidfd);
+	exec_cgroup_done(&r->cg);
 	free(r);
 }
 
@@ -739,7 +741,9 @@ static int exec_spawn_pipes(struct exec_req *r)
 }
 
 /*
- * Starts r's child on `stack` (the top of this spawner's child stack).
+ * Starts r's child on `stack` (the top of this spawner's child stack), in
+ * a cgroup of its own where there are such (taken here, as the pipes are,
+ * so that a queued start holds no fd).
  *
  * The child's start time (exec_record_group) is the kernel's
  * CLOCK_BOOTTIME when clone made it, in ticks: read here just before and
@@ -756,10 +760,15 @@ static void exec_spawner_run(struct exec_req *r, void *stack)
 		.r = r,
 		.parent = getpid(),
 	};
-	const char *step = "pipe";
+	const char *step = "its cgroup";
 	pid_t pid = -1;
-	int err = exec_spawn_pipes(r);
+	int err = -exec_cgroup_new(&r->cg);
 
+	if (err == 0) {
+		step = "pipe";
+		r->s.cgroup = r->cg.procs;
+		err = exec_spawn_pipes(r);
+	}
 	if (err == 0) {
 		uint64_t t0 = 0, t1 = 0;
 		bool t0_ok = exec_boot_ticks(&t0);

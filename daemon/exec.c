@@ -211,16 +211,13 @@ static int exec_start(struct exec_job *j)
 	for (int i = 0; i < 3; i++)
 		r->child[i] = r->ours[i] = -1;
 	r->pidfd = -1;
+	r->cg = (struct exec_cgroup){ .procs = -1, .kill = -1, .events = -1 };
 	if (!exec_available()) {
 		free(r);
 		exec_fail(j, "exec tasks are not available in this process");
 		return -1;
 	}
 	exec_out_forget(j->id);
-	if ((err = exec_cgroup_new(&j->cg)) < 0) {
-		exec_fail(j, "its cgroup: %s", strerror(-err));
-		goto fail;
-	}
 	r->owner = j->uid;
 	bool change = config.root && j->uid != 0;
 	if (change || j->clean_env) {
@@ -264,7 +261,7 @@ static int exec_start(struct exec_job *j)
 		.paths = r->paths,
 		.cwd = r->cwd,
 		.fds = { -1, -1, -1 },   /* the spawner's pipes */
-		.cgroup = j->cg.procs,
+		.cgroup = -1,            /* the spawner's cgroup */
 		.change_creds = change,
 		.nice = j->nice,
 		.uid = j->uid,
@@ -343,6 +340,9 @@ static rok_poll exec_await_start(rok_cx *cx, struct exec_job *j)
 		j->infd = r->ours[0];
 		j->outfd[0] = r->ours[1];
 		j->outfd[1] = r->ours[2];
+		j->cg = r->cg;
+		r->cg = (struct exec_cgroup){ .procs = -1, .kill = -1,
+		                              .events = -1 };
 		r->pid = 0;
 		r->pidfd = -1;
 		r->ours[0] = r->ours[1] = r->ours[2] = -1;

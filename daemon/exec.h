@@ -63,6 +63,29 @@ struct exec_user {
 int exec_user_get(uid_t uid, struct exec_user *u);
 void exec_user_done(struct exec_user *u);
 
+/* ---- exec-cgroup.c ---------------------------------------------------- */
+
+/* One task's cgroup; the fds -1 when there is none. */
+struct exec_cgroup {
+	int procs;                  /* its cgroup.procs, for the child */
+	int kill;                   /* its cgroup.kill */
+	int events;                 /* its cgroup.events */
+	uint64_t n;                 /* its name: slot.<n> */
+};
+
+/* Main thread, at exec_init: finds out whether rokd can make a cgroup per
+ * task, and says which way it is. */
+void exec_cgroup_init(void);
+/* A cgroup for a task, empty, reused or new (nothing when there are
+ * none): 0 or -errno.  Any thread. */
+int exec_cgroup_new(struct exec_cgroup *c);
+/* SIGKILL to every process in the cgroup (cgroup.kill).  Any thread. */
+void exec_cgroup_kill(const struct exec_cgroup *c);
+/* Gives the cgroup back: kept for the next task if it is empty and not
+ * frozen, else its fds closed and it removed (now, or once it is empty).
+ * Any thread; nothing for a cgroup-less c (n 0). */
+void exec_cgroup_done(struct exec_cgroup *c);
+
 /* ---- exec-spawn.c ----------------------------------------------------- */
 
 /* Everything the child needs, prepared before forking (the child only
@@ -109,6 +132,10 @@ struct exec_req {
 	 * by exec_req_free if still here).  -1: none. */
 	int child[3];
 	int ours[3];                /* stdin (write), stdout, stderr (read) */
+	/* The child's cgroup, taken by the spawner just before the pipes
+	 * (so a queued start holds none of its fds either); handed to the
+	 * task with the answer, else given back by exec_req_free. */
+	struct exec_cgroup cg;
 	rok_oneshot *done;          /* the spawner sends the request back */
 	/* Under the spawner lock. */
 	int state;                  /* queued, starting, done */
@@ -183,28 +210,6 @@ struct exec_orphans_group {
  * many groups were killed.
  */
 size_t exec_orphans_kill(struct exec_orphans_group *g, size_t n);
-
-/* ---- exec-cgroup.c ---------------------------------------------------- */
-
-/* One task's cgroup; the fds -1 when there is none. */
-struct exec_cgroup {
-	int procs;                  /* its cgroup.procs, for the child */
-	int kill;                   /* its cgroup.kill */
-	int events;                 /* its cgroup.events */
-	uint64_t n;                 /* its name: slot.<n> */
-};
-
-/* Main thread, at exec_init: finds out whether rokd can make a cgroup per
- * task, and says which way it is. */
-void exec_cgroup_init(void);
-/* A cgroup for a task, empty, reused or new (nothing when there are
- * none): 0 or -errno. */
-int exec_cgroup_new(struct exec_cgroup *c);
-/* SIGKILL to every process in the cgroup (cgroup.kill).  Any thread. */
-void exec_cgroup_kill(const struct exec_cgroup *c);
-/* Gives the cgroup back: kept for the next task if it is empty and not
- * frozen, else its fds closed and it removed (now, or once it is empty). */
-void exec_cgroup_done(struct exec_cgroup *c);
 
 /* ---- exec-output.c ---------------------------------------------------- */
 

@@ -17,7 +17,8 @@
  * destroys a directory of control files in the kernel) cost more than
  * starting `true` does, so cgroups are reused: one whose task ended and
  * that is empty (its cgroup.events says "populated 0") goes to a pool of
- * up to CGROUP_POOL, kept open, and the next task takes it from there.  A
+ * up to CGROUP_POOL, kept open, and the next start takes it from there (a
+ * spawner thread, just before the clone: a queued start holds none).  A
  * cgroup is one task's at a time and empty when a task gets it, which is
  * all a task needs of it.  cgroup2 cannot rename, hence slot.<n> names
  * rather than task ids.
@@ -25,7 +26,7 @@
  * No controllers are enabled (cgroup.subtree_control is left alone): this
  * is for holding and killing, not for resource limits.  A cgroup that is
  * not kept is removed when its task ends; one whose killed processes are
- * still exiting (rmdir says EBUSY) is retried at the next task's start and
+ * still exiting (rmdir says EBUSY) is retried at the next cgroup taken and
  * at exit; the directory of a rokd that died without removing its own is
  * killed and removed by the next start (exec_cgroup_sweep: a live rokd
  * holds an flock on its directory, so one in another pid namespace is not

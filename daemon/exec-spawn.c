@@ -762,8 +762,17 @@ static void exec_spawner_run(struct exec_req *r, void *stack)
 	};
 	const char *step = "its cgroup";
 	pid_t pid = -1;
-	int err = -exec_cgroup_new(&r->cg);
+	int err = 0;
 
+	/* Given up on already (a stop cancels every start): nothing to take,
+	 * and at exit no cgroup to make under a directory being removed.
+	 * (The child looks again: the flag may be set from now on.) */
+	if (__atomic_load_n(&r->kill, __ATOMIC_SEQ_CST)) {
+		step = "cancelled";
+		err = ECANCELED;
+	} else {
+		err = -exec_cgroup_new(&r->cg);
+	}
 	if (err == 0) {
 		step = "pipe";
 		r->s.cgroup = r->cg.procs;

@@ -116,8 +116,9 @@ bool exec_available(void);
 
 /*
  * A request to the spawner threads.  The request owns everything it points
- * to (moved in by the exec task) and the pipes the spawner makes; the
- * spawner frees what only the child needed and closes the child's fds.
+ * to (moved in by the exec task) and the pipes and cgroup the spawner
+ * takes; the spawner frees what only the child needed and closes the
+ * child's fds.
  */
 struct exec_req {
 	struct exec_start s;
@@ -168,8 +169,10 @@ void exec_spawn_submit(struct exec_req *r);
  * oneshot (before the receiver is dropped).
  */
 void exec_spawn_kill(struct exec_req *r);
-/* Frees a request the exec task received: kills (SIGKILL) and reaps a
- * child it could no longer supervise when `kill_child`. */
+/* Frees a request (the task's, or the spawner's when the task is gone):
+ * kills (SIGKILL, through its cgroup too) and reaps a child that can no
+ * longer be supervised when `kill_child`, and gives the cgroup back.  Any
+ * thread. */
 void exec_req_free(struct exec_req *r, bool kill_child);
 /*
  * Sends SIGKILL to pid through its pidfd and to its process group, and

@@ -309,8 +309,8 @@ static void exec_record_group(struct exec_job *j, const struct exec_req *r)
  * given up: a child stuck on its way, in a path on a hung mount say, is
  * killed, and the answer follows).  Takes the child (pid, pidfd, our pipe
  * ends, its cgroup) or the reason it did not start, in the poll that
- * receives it (kept if that poll
- * also sees a cancel: the cleanup then kills the child).
+ * receives it (kept if that poll also sees a cancel: the cleanup then
+ * kills the child).
  */
 static rok_poll exec_await_start(rok_cx *cx, struct exec_job *j)
 {

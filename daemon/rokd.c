@@ -443,6 +443,8 @@ int main(int argc, char **argv)
 		       config.slurm_output_dir != NULL ? config.slurm_output_dir
 		       : "<state_dir>/slurm", err == -EINVAL
 		       ? "slurm_output_dir must be an absolute path"
+		       : err == -EBUSY ? "another rokd uses it (each needs a "
+		       "directory of its own)"
 		       : err == -EPERM ? "not a directory of rokd's uid that "
 		       "group and others may not write" : strerror(-err));
 	/* Before the socket: a port that cannot be bound stops rokd before

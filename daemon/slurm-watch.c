@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -50,9 +51,10 @@ static struct {
 	char tag[16];
 	char dir[400];              /* slurm_output_dir, absolute */
 	int dirfd;                  /* it, held open; -1: none */
+	int lockfd;                 /* its rokd.lock, flocked until exit */
 	int64_t interval_ms;
 } sw = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
-          .dirfd = -1 };
+          .dirfd = -1, .lockfd = -1 };
 
 #define SLURM_WATCH_OUT (4u << 20)   /* bytes of squeue output read */
 /* More users than this in one query: every user's jobs instead (-u's
@@ -108,6 +110,28 @@ int slurm_watch_init(void)
 		close(fd);
 		return -EPERM;
 	}
+	/* One rokd per directory: another's tasks of the same ids would
+	 * write (and have rokd empty) the same ID/out and err.  The lock is
+	 * held until exit.  On a file system without locks nobody can
+	 * tell: that is logged, not refused. */
+	int lk = openat(fd, "rokd.lock", O_RDWR | O_CREAT | O_NOFOLLOW |
+	                O_CLOEXEC, 0600);
+	if (lk < 0) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	if (flock(lk, LOCK_EX | LOCK_NB) != 0) {
+		if (errno == EWOULDBLOCK) {
+			close(lk);
+			close(fd);
+			return -EBUSY;
+		}
+		log_warnx("slurm groups: %s/rokd.lock: %s: another rokd using "
+		          "this directory would not be noticed", out,
+		          strerror(errno));
+	}
+	sw.lockfd = lk;
 	sw.dirfd = fd;
 	if (snprintf(sw.dir, sizeof(sw.dir), "%s", out) >= (int)sizeof(sw.dir))
 		return -ENAMETOOLONG;

@@ -46,6 +46,13 @@ static struct {
 	pthread_cond_t cond;
 	struct slurm_watched *v;    /* under lock */
 	size_t n, cap;
+	/* v's index by job id, open addressing with linear probing: each
+	 * slot 0 (free) or an index into v plus one; mask + 1 slots, at
+	 * least twice n.  Under lock.  A query's lines and each task's
+	 * look cost O(1), not O(n): at thousands of jobs a linear search
+	 * per line held the lock for O(n^2). */
+	uint32_t *slot;
+	size_t mask;
 	bool started, stop;
 	pthread_t thread;
 	char tag[16];
@@ -181,12 +188,86 @@ static int slurm_watch_state(const char *s)
 	return SLURM_FAILED;
 }
 
+static size_t slurm_watch_home(uint32_t jobid)
+{
+	/* Job ids are mostly consecutive: multiplicative hashing spreads
+	 * them. */
+	return (size_t)(jobid * 2654435761u) & sw.mask;
+}
+
+/* Lock held.  The slot of jobid's entry, the next one after slot
+ * `from` on its probe sequence (SIZE_MAX: start), or SIZE_MAX. */
+static size_t slurm_watch_slot(uint32_t jobid, size_t from)
+{
+	if (sw.slot == NULL)
+		return SIZE_MAX;
+	size_t i = from == SIZE_MAX ? slurm_watch_home(jobid)
+	                            : (from + 1) & sw.mask;
+	for (; sw.slot[i] != 0; i = (i + 1) & sw.mask)
+		if (sw.v[sw.slot[i] - 1].jobid == jobid)
+			return i;
+	return SIZE_MAX;
+}
+
 static struct slurm_watched *slurm_watch_find(uint32_t jobid)
 {
-	for (size_t i = 0; i < sw.n; i++)
-		if (sw.v[i].jobid == jobid)
-			return &sw.v[i];
-	return NULL;
+	size_t i = slurm_watch_slot(jobid, SIZE_MAX);
+	return i == SIZE_MAX ? NULL : &sw.v[sw.slot[i] - 1];
+}
+
+/* Lock held.  Puts v[k] in the index, which has a free slot. */
+static void slurm_watch_index(size_t k)
+{
+	size_t i = slurm_watch_home(sw.v[k].jobid);
+	while (sw.slot[i] != 0)
+		i = (i + 1) & sw.mask;
+	sw.slot[i] = (uint32_t)k + 1;
+}
+
+/* Lock held.  Frees slot i, moving back the entries after it whose probe
+ * sequence passes through it (no tombstones). */
+static void slurm_watch_unindex(size_t i)
+{
+	size_t j = i;
+
+	sw.slot[i] = 0;
+	for (;;) {
+		j = (j + 1) & sw.mask;
+		if (sw.slot[j] == 0)
+			return;
+		size_t h = slurm_watch_home(sw.v[sw.slot[j] - 1].jobid);
+		/* Stays if its home lies cyclically in (i, j]. */
+		if (i <= j ? (i < h && h <= j) : (i < h || h <= j))
+			continue;
+		sw.slot[i] = sw.slot[j];
+		sw.slot[j] = 0;
+		i = j;
+	}
+}
+
+/* Lock held.  Room for one more entry in v and the index: 0 or -ENOMEM. */
+static int slurm_watch_reserve(void)
+{
+	if (sw.n == sw.cap) {
+		size_t cap = sw.cap != 0 ? sw.cap * 2 : 64;
+		void *v = realloc(sw.v, cap * sizeof(*sw.v));
+		if (v == NULL)
+			return -ENOMEM;
+		sw.v = v;
+		sw.cap = cap;
+	}
+	if (sw.slot != NULL && (sw.n + 1) * 2 <= sw.mask + 1)
+		return 0;
+	size_t nslots = sw.slot != NULL ? (sw.mask + 1) * 2 : 128;
+	uint32_t *slot = calloc(nslots, sizeof(*slot));
+	if (slot == NULL)
+		return -ENOMEM;
+	free(sw.slot);
+	sw.slot = slot;
+	sw.mask = nslots - 1;
+	for (size_t k = 0; k < sw.n; k++)
+		slurm_watch_index(k);
+	return 0;
 }
 
 /* One line: JOBID|STATE|EXIT_CODE|REASON|.  Lock held. */
@@ -204,16 +285,17 @@ static void slurm_watch_line(char *line)
 	unsigned long id = strtoul(f[0], &end, 10);
 	if (*end != '\0' || id == 0 || id > UINT32_MAX)
 		return;   /* an array or het job: not one of ours */
-	struct slurm_watched *w = slurm_watch_find((uint32_t)id);
-	if (w == NULL)
-		return;
-	w->misses = -1;   /* seen in this query */
-	w->js.state = slurm_watch_state(f[1]);
-	w->js.status = (int)strtol(f[2], NULL, 10);
 	bool why = n == 4 && strcmp(f[3], "None") != 0;
-	snprintf(w->js.reason, sizeof(w->js.reason), "%s%s%s", f[1],
-	         why ? ": " : "", why ? f[3] : "");
-	snprintf(w->js.why, sizeof(w->js.why), "%s", why ? f[3] : "");
+	for (size_t i = slurm_watch_slot((uint32_t)id, SIZE_MAX);
+	     i != SIZE_MAX; i = slurm_watch_slot((uint32_t)id, i)) {
+		struct slurm_watched *w = &sw.v[sw.slot[i] - 1];
+		w->misses = -1;   /* seen in this query */
+		w->js.state = slurm_watch_state(f[1]);
+		w->js.status = (int)strtol(f[2], NULL, 10);
+		snprintf(w->js.reason, sizeof(w->js.reason), "%s%s%s", f[1],
+		         why ? ": " : "", why ? f[3] : "");
+		snprintf(w->js.why, sizeof(w->js.why), "%s", why ? f[3] : "");
+	}
 }
 
 /* squeue's argv into argv[12] (its strings are constant); name_filter
@@ -244,6 +326,12 @@ static char *const *slurm_watch_argv(char **argv, char *name_filter,
 	return argv;
 }
 
+static int slurm_watch_uid_cmp(const void *a, const void *b)
+{
+	uid_t x = *(const uid_t *)a, y = *(const uid_t *)b;
+	return (x > y) - (x < y);
+}
+
 /*
  * Lock held.  The users of the watched jobs, as squeue's -u wants them
  * ("0,1000"), malloc'd; NULL for every user's (more than
@@ -251,22 +339,21 @@ static char *const *slurm_watch_argv(char **argv, char *name_filter,
  */
 static char *slurm_watch_users_locked(void)
 {
-	uid_t *u = malloc(SLURM_WATCH_USERS * sizeof(*u));
+	uid_t *u = malloc((sw.n > 0 ? sw.n : 1) * sizeof(*u));
 	size_t n = 0;
 
 	if (u == NULL)
 		return NULL;
-	for (size_t i = 0; i < sw.n; i++) {
-		size_t k = 0;
-		while (k < n && u[k] != sw.v[i].uid)
-			k++;
-		if (k < n)
-			continue;
-		if (n == SLURM_WATCH_USERS) {
-			free(u);
-			return NULL;
-		}
-		u[n++] = sw.v[i].uid;
+	for (size_t i = 0; i < sw.n; i++)
+		u[i] = sw.v[i].uid;
+	/* Sorted, each user once: O(n log n) however many users. */
+	qsort(u, sw.n, sizeof(*u), slurm_watch_uid_cmp);
+	for (size_t i = 0; i < sw.n; i++)
+		if (n == 0 || u[n - 1] != u[i])
+			u[n++] = u[i];
+	if (n > SLURM_WATCH_USERS) {
+		free(u);
+		return NULL;
 	}
 	/* Up to 10 digits and a comma each. */
 	char *list = malloc(n * 11 + 1), *p = list;
@@ -298,6 +385,34 @@ static int slurm_watch_query(char *out, char *users)
 	return 0;
 }
 
+/* Lock held: one full query's output (consumed). */
+static void slurm_watch_apply_locked(char *out)
+{
+	for (size_t i = 0; i < sw.n; i++)
+		if (sw.v[i].misses < 0)
+			sw.v[i].misses = 0;
+	char *save = NULL;
+	for (char *l = strtok_r(out, "\n", &save); l != NULL;
+	     l = strtok_r(NULL, "\n", &save))
+		slurm_watch_line(l);
+	for (size_t i = 0; i < sw.n; i++) {
+		struct slurm_watched *w = &sw.v[i];
+		if (w->misses >= 0 && ++w->misses >= 2 &&
+		    w->js.state != SLURM_GONE) {
+			w->js.state = SLURM_GONE;
+			snprintf(w->js.reason, sizeof(w->js.reason),
+			         "no longer known to Slurm");
+		}
+	}
+}
+
+void slurm_watch_apply(char *out)
+{
+	pthread_mutex_lock(&sw.lock);
+	slurm_watch_apply_locked(out);
+	pthread_mutex_unlock(&sw.lock);
+}
+
 static void *slurm_watch_main(void *arg)
 {
 	char *out = malloc(SLURM_WATCH_OUT);
@@ -318,24 +433,8 @@ static void *slurm_watch_main(void *arg)
 		int ok = slurm_watch_query(out, users);
 		free(users);
 		pthread_mutex_lock(&sw.lock);
-		if (ok < 0)
-			continue;
-		for (size_t i = 0; i < sw.n; i++)
-			if (sw.v[i].misses < 0)
-				sw.v[i].misses = 0;
-		char *save = NULL;
-		for (char *l = strtok_r(out, "\n", &save); l != NULL;
-		     l = strtok_r(NULL, "\n", &save))
-			slurm_watch_line(l);
-		for (size_t i = 0; i < sw.n; i++) {
-			struct slurm_watched *w = &sw.v[i];
-			if (w->misses >= 0 && ++w->misses >= 2 &&
-			    w->js.state != SLURM_GONE) {
-				w->js.state = SLURM_GONE;
-				snprintf(w->js.reason, sizeof(w->js.reason),
-				         "no longer known to Slurm");
-			}
-		}
+		if (ok == 0)
+			slurm_watch_apply_locked(out);
 	}
 	pthread_mutex_unlock(&sw.lock);
 	free(out);
@@ -355,19 +454,14 @@ int slurm_watch_add(uint32_t jobid, uid_t uid)
 		}
 		sw.started = true;
 	}
-	if (sw.n == sw.cap) {
-		size_t cap = sw.cap != 0 ? sw.cap * 2 : 64;
-		void *v = realloc(sw.v, cap * sizeof(*sw.v));
-		if (v == NULL) {
-			pthread_mutex_unlock(&sw.lock);
-			return -ENOMEM;
-		}
-		sw.v = v;
-		sw.cap = cap;
+	if ((err = slurm_watch_reserve()) < 0) {
+		pthread_mutex_unlock(&sw.lock);
+		return err;
 	}
 	/* misses 0: a job the next two queries miss is gone (sbatch
 	 * answered, so slurmctld has it). */
-	sw.v[sw.n++] = (struct slurm_watched){ .jobid = jobid, .uid = uid };
+	sw.v[sw.n] = (struct slurm_watched){ .jobid = jobid, .uid = uid };
+	slurm_watch_index(sw.n++);
 	pthread_mutex_unlock(&sw.lock);
 	return 0;
 }
@@ -375,9 +469,20 @@ int slurm_watch_add(uint32_t jobid, uid_t uid)
 void slurm_watch_remove(uint32_t jobid)
 {
 	pthread_mutex_lock(&sw.lock);
-	struct slurm_watched *w = slurm_watch_find(jobid);
-	if (w != NULL)
-		*w = sw.v[--sw.n];
+	size_t i = slurm_watch_slot(jobid, SIZE_MAX);
+	if (i != SIZE_MAX) {
+		size_t k = sw.slot[i] - 1, last = --sw.n;
+		slurm_watch_unindex(i);
+		if (k != last) {
+			/* The last entry moves into the hole: its slot
+			 * follows. */
+			size_t j = slurm_watch_home(sw.v[last].jobid);
+			while (sw.slot[j] != last + 1)
+				j = (j + 1) & sw.mask;
+			sw.v[k] = sw.v[last];
+			sw.slot[j] = (uint32_t)k + 1;
+		}
+	}
 	pthread_mutex_unlock(&sw.lock);
 }
 
@@ -430,6 +535,8 @@ void slurm_watch_stop(void)
 	if (started)
 		(void)pthread_join(sw.thread, NULL);
 	free(sw.v);
+	free(sw.slot);
 	sw.v = NULL;
-	sw.n = sw.cap = 0;
+	sw.slot = NULL;
+	sw.n = sw.cap = sw.mask = 0;
 }

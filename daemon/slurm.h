@@ -58,7 +58,7 @@ struct slurm_jobstate {
  * directory), the poll interval, and the output directory made
  * (slurm_output_dir, or <state_dir>/slurm): 0 or -errno (-EINVAL: not an
  * absolute path; -EPERM: not a directory of rokd's uid that group and
- * others may not write). */
+ * others may not write; -EBUSY: another rokd holds it). */
 int slurm_watch_init(void);
 /* The output directory, absolute (borrowed), and an fd of it held open
  * (for the *at calls that make and hand over the task directories in it:
@@ -71,13 +71,20 @@ void slurm_watch_name(uint64_t id, uint32_t run, char *buf, size_t len);
 /* Any thread: watch job `jobid`, of user `uid` (starts the watcher thread
  * on first use): 0 or -errno. */
 int slurm_watch_add(uint32_t jobid, uid_t uid);
+/* Any thread: stop watching it (one entry, if added more than once). */
 void slurm_watch_remove(uint32_t jobid);
 /* Any thread: what the last query saw of jobid. */
 void slurm_watch_get(uint32_t jobid, struct slurm_jobstate *js);
 /* Blocking: the job id of run `run` of task `id` among uid's jobs if
  * slurmctld knows one (0: none), or -errno when squeue failed. */
 int64_t slurm_watch_lookup(uint64_t id, uint32_t run, uid_t uid);
-/* Main thread, at the very end (before rok_stop): ends the watcher. */
+/* Applies one squeue's output (JOBID|STATE|EXIT_CODE|REASON| lines, of
+ * every watched job's user; consumed) as the watcher thread does after
+ * each query: a job missing from two in a row is SLURM_GONE.  Any
+ * thread; for tests, which stop the watcher first. */
+void slurm_watch_apply(char *out);
+/* Main thread, at the very end (before rok_stop): ends the watcher (and
+ * forgets every job; after it, add keeps a table but starts no thread). */
 void slurm_watch_stop(void);
 
 /* ---- slurm.c ---------------------------------------------------------- */

@@ -1,0 +1,148 @@
+/*
+ * check_slurm_watch.c — daemon/slurm-watch.c's table of watched jobs, fed
+ * squeue output directly (the watcher thread is stopped first): each job
+ * gets its own line's state wherever it sits in the table, after any mix
+ * of adds and removes; removed and unknown ids stay unknown; a job two
+ * outputs miss is gone; a job added twice keeps being watched until it
+ * is removed twice.  Checked against a plain array as the model.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "slurm.h"
+#include "testutil.h"
+
+#define JOBS 20000
+
+struct model {
+	uint32_t id;
+	bool watched;
+};
+
+/* "ID|STATE|EXIT|REASON|" lines for every job in m, and some of nobody's. */
+static char *output_of(const struct model *m, size_t n)
+{
+	size_t len = (n + 2) * 64 + 1, off = 0;
+	char *out = malloc(len);
+
+	ck_assert_ptr_nonnull(out);
+	off += (size_t)snprintf(out + off, len - off,
+	                        "4000000001|RUNNING|0|None|\n"
+	                        "77_3|RUNNING|0|None|\n");
+	for (size_t i = 0; i < n; i++)
+		off += (size_t)snprintf(out + off, len - off, "%u|%s|%zu|%s|\n",
+		                        m[i].id, i % 2 ? "RUNNING" : "COMPLETED",
+		                        i % 7, i % 3 ? "None" : "Priority");
+	return out;
+}
+
+static void check_against(const struct model *m, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct slurm_jobstate js;
+		slurm_watch_get(m[i].id, &js);
+		if (!m[i].watched) {
+			ck_assert_int_eq(js.state, SLURM_UNKNOWN);
+			continue;
+		}
+		ck_assert_int_eq(js.state, i % 2 ? SLURM_RUNNING
+		                                 : SLURM_COMPLETED);
+		ck_assert_int_eq(js.status, (int)(i % 7));
+		ck_assert_str_eq(js.why, i % 3 ? "" : "Priority");
+	}
+}
+
+START_TEST(table_matches_a_model)
+{
+	struct model *m = calloc(JOBS, sizeof(*m));
+	uint32_t rng = 12345;
+
+	ck_assert_ptr_nonnull(m);
+	slurm_watch_stop();   /* no thread: this test applies the outputs */
+	/* Consecutive ids (as slurmctld hands them out), spread ones, and
+	 * ones 65536 apart, which all hash to one slot (long probe runs, so
+	 * that removals must move entries back). */
+	for (size_t i = 0; i < JOBS; i++) {
+		if (i % 3 == 0)
+			m[i].id = 2100000007u + (uint32_t)(i / 3) * 65536u;
+		else if (i % 3 == 1)
+			m[i].id = 1000 + (uint32_t)i;
+		else
+			m[i].id = (uint32_t)(i * 7919u % 2000000000u) + 3000000;
+		m[i].watched = true;
+		ck_assert_int_eq(slurm_watch_add(m[i].id, (uid_t)(i % 5)), 0);
+	}
+	/* Removes in a scattered order, each moving the last entry. */
+	for (size_t k = 0; k < JOBS / 2; k++) {
+		rng = rng * 1103515245u + 12345u;
+		size_t i = (rng >> 8) % JOBS;
+		if (m[i].watched) {
+			slurm_watch_remove(m[i].id);
+			m[i].watched = false;
+		}
+	}
+	char *out = output_of(m, JOBS);
+	slurm_watch_apply(out);
+	free(out);
+	check_against(m, JOBS);
+	/* Added back after their removal: unknown until the next output. */
+	for (size_t i = 0; i < JOBS; i += 10)
+		if (!m[i].watched) {
+			ck_assert_int_eq(slurm_watch_add(m[i].id, 0), 0);
+			m[i].watched = true;
+		}
+	out = output_of(m, JOBS);
+	slurm_watch_apply(out);
+	free(out);
+	check_against(m, JOBS);
+	/* Two outputs without them: gone. */
+	char none[] = "";
+	slurm_watch_apply(none);
+	slurm_watch_apply(none);
+	for (size_t i = 0; i < JOBS; i++) {
+		struct slurm_jobstate js;
+		slurm_watch_get(m[i].id, &js);
+		ck_assert_int_eq(js.state, m[i].watched ? SLURM_GONE
+		                                        : SLURM_UNKNOWN);
+	}
+	slurm_watch_stop();
+	free(m);
+}
+END_TEST
+
+START_TEST(job_added_twice)
+{
+	struct slurm_jobstate js;
+	char out[] = "42|RUNNING|0|None|\n";
+
+	slurm_watch_stop();
+	ck_assert_int_eq(slurm_watch_add(42, 0), 0);
+	ck_assert_int_eq(slurm_watch_add(42, 0), 0);
+	slurm_watch_apply(out);
+	slurm_watch_remove(42);
+	slurm_watch_get(42, &js);
+	ck_assert_int_eq(js.state, SLURM_RUNNING);
+	slurm_watch_remove(42);
+	slurm_watch_get(42, &js);
+	ck_assert_int_eq(js.state, SLURM_UNKNOWN);
+	slurm_watch_stop();
+}
+END_TEST
+
+static Suite *slurm_watch_suite(void)
+{
+	Suite *s = suite_create("slurm_watch");
+	TCase *tc = tcase_create("table");
+
+	tcase_add_test(tc, table_matches_a_model);
+	tcase_add_test(tc, job_added_twice);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return test_run(slurm_watch_suite());
+}

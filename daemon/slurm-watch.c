@@ -129,7 +129,8 @@ int slurm_watch_init(void)
 		return err;
 	}
 	if (flock(lk, LOCK_EX | LOCK_NB) != 0) {
-		if (errno == EWOULDBLOCK) {
+		/* EACCES: how some file systems' locks say it is held. */
+		if (errno == EWOULDBLOCK || errno == EACCES) {
 			close(lk);
 			close(fd);
 			return -EBUSY;
@@ -190,9 +191,15 @@ static int slurm_watch_state(const char *s)
 
 static size_t slurm_watch_home(uint32_t jobid)
 {
-	/* Job ids are mostly consecutive: multiplicative hashing spreads
-	 * them. */
-	return (size_t)(jobid * 2654435761u) & sw.mask;
+	/* Every bit of the id mixed into the low ones (murmur3's
+	 * finalizer): ids a power of two apart do not share a slot. */
+	uint32_t x = jobid;
+	x ^= x >> 16;
+	x *= 0x85ebca6bu;
+	x ^= x >> 13;
+	x *= 0xc2b2ae35u;
+	x ^= x >> 16;
+	return (size_t)x & sw.mask;
 }
 
 /* Lock held.  The slot of jobid's entry, the next one after slot
@@ -248,6 +255,8 @@ static void slurm_watch_unindex(size_t i)
 /* Lock held.  Room for one more entry in v and the index: 0 or -ENOMEM. */
 static int slurm_watch_reserve(void)
 {
+	if (sw.n >= UINT32_MAX / 2)
+		return -ENOMEM;   /* a slot holds an index + 1 in 32 bits */
 	if (sw.n == sw.cap) {
 		size_t cap = sw.cap != 0 ? sw.cap * 2 : 64;
 		void *v = realloc(sw.v, cap * sizeof(*sw.v));
@@ -534,9 +543,14 @@ void slurm_watch_stop(void)
 	pthread_mutex_unlock(&sw.lock);
 	if (started)
 		(void)pthread_join(sw.thread, NULL);
+	/* Under the lock: a task the runtime's stop left running may still
+	 * look or remove (it then finds nothing). */
+	pthread_mutex_lock(&sw.lock);
+	sw.started = false;
 	free(sw.v);
 	free(sw.slot);
 	sw.v = NULL;
 	sw.slot = NULL;
 	sw.n = sw.cap = sw.mask = 0;
+	pthread_mutex_unlock(&sw.lock);
 }

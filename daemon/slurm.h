@@ -83,7 +83,7 @@ int64_t slurm_watch_lookup(uint64_t id, uint32_t run, uid_t uid);
  * each query: a job missing from two in a row is SLURM_GONE.  Any
  * thread; for tests, which stop the watcher first. */
 void slurm_watch_apply(char *out);
-/* Main thread, at the very end (before rok_stop): ends the watcher (and
+/* Main thread, at the very end (after rok_stop): ends the watcher (and
  * forgets every job; after it, add keeps a table but starts no thread). */
 void slurm_watch_stop(void);
 

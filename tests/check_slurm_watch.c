@@ -4,7 +4,8 @@
  * gets its own line's state wherever it sits in the table, after any mix
  * of adds and removes; removed and unknown ids stay unknown; a job two
  * outputs miss is gone; a job added twice keeps being watched until it
- * is removed twice.  Checked against a plain array as the model.
+ * is removed twice.  Checked against plain arrays as models, with ids
+ * that are consecutive, spread, or equal in their low bits.
  */
 #include <check.h>
 #include <stdio.h>
@@ -43,14 +44,14 @@ static void check_against(const struct model *m, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		struct slurm_jobstate js;
 		slurm_watch_get(m[i].id, &js);
-		if (!m[i].watched) {
-			ck_assert_int_eq(js.state, SLURM_UNKNOWN);
-			continue;
-		}
-		ck_assert_int_eq(js.state, i % 2 ? SLURM_RUNNING
-		                                 : SLURM_COMPLETED);
-		ck_assert_int_eq(js.status, (int)(i % 7));
-		ck_assert_str_eq(js.why, i % 3 ? "" : "Priority");
+		/* Plain checks: a ck_assert each is a write to Check's pipe. */
+		if (!m[i].watched ? js.state != SLURM_UNKNOWN
+		    : js.state != (i % 2 ? SLURM_RUNNING : SLURM_COMPLETED) ||
+		      js.status != (int)(i % 7) ||
+		      strcmp(js.why, i % 3 ? "" : "Priority") != 0)
+			ck_abort_msg("job %u (watched %d): state %d status %d "
+			             "why '%s'", m[i].id, m[i].watched, js.state,
+			             js.status, js.why);
 	}
 }
 
@@ -62,8 +63,7 @@ START_TEST(table_matches_a_model)
 	ck_assert_ptr_nonnull(m);
 	slurm_watch_stop();   /* no thread: this test applies the outputs */
 	/* Consecutive ids (as slurmctld hands them out), spread ones, and
-	 * ones 65536 apart, which all hash to one slot (long probe runs, so
-	 * that removals must move entries back). */
+	 * ones 65536 apart (equal in their low bits). */
 	for (size_t i = 0; i < JOBS; i++) {
 		if (i % 3 == 0)
 			m[i].id = 2100000007u + (uint32_t)(i / 3) * 65536u;
@@ -72,7 +72,8 @@ START_TEST(table_matches_a_model)
 		else
 			m[i].id = (uint32_t)(i * 7919u % 2000000000u) + 3000000;
 		m[i].watched = true;
-		ck_assert_int_eq(slurm_watch_add(m[i].id, (uid_t)(i % 5)), 0);
+		if (slurm_watch_add(m[i].id, (uid_t)(i % 5)) != 0)
+			ck_abort_msg("add %u failed", m[i].id);
 	}
 	/* Removes in a scattered order, each moving the last entry. */
 	for (size_t k = 0; k < JOBS / 2; k++) {
@@ -104,8 +105,10 @@ START_TEST(table_matches_a_model)
 	for (size_t i = 0; i < JOBS; i++) {
 		struct slurm_jobstate js;
 		slurm_watch_get(m[i].id, &js);
-		ck_assert_int_eq(js.state, m[i].watched ? SLURM_GONE
-		                                        : SLURM_UNKNOWN);
+		if (js.state != (m[i].watched ? SLURM_GONE : SLURM_UNKNOWN))
+			ck_abort_msg("job %u (watched %d): state %d after two "
+			             "outputs without it", m[i].id, m[i].watched,
+			             js.state);
 	}
 	slurm_watch_stop();
 	free(m);
@@ -131,6 +134,69 @@ START_TEST(job_added_twice)
 }
 END_TEST
 
+/*
+ * Random adds (up to three of one id), removes and full outputs over a
+ * few ids at a time, so that the table stays small (128 to 512 slots)
+ * and probe runs often wrap past its end; after each output every id
+ * must be seen exactly when the model still watches it.
+ */
+START_TEST(random_ops_match_a_model)
+{
+	enum { IDS = 60 };
+	static const uint32_t strides[] = { 1, 128, 65536, 2654435761u };
+	int count[IDS];
+	uint32_t rng = 777;
+	char *out = malloc(IDS * 64 + 1);
+
+	ck_assert_ptr_nonnull(out);
+	for (int round = 0; round < 200; round++) {
+		uint32_t stride = strides[round % 4], base = 1 + round;
+		slurm_watch_stop();   /* empty, no thread */
+		memset(count, 0, sizeof(count));
+		for (int op = 0; op < 2000; op++) {
+			rng = rng * 1103515245u + 12345u;
+			int k = (int)((rng >> 8) % IDS), what = (int)(rng >> 24) % 10;
+			uint32_t id = base + (uint32_t)k * stride;
+			if (what < 5 && count[k] < 3) {
+				if (slurm_watch_add(id, 0) != 0)
+					ck_abort_msg("add %u failed", id);
+				count[k]++;
+			} else if (what < 9) {
+				slurm_watch_remove(id);
+				if (count[k] > 0)
+					count[k]--;
+			} else {
+				size_t off = 0;
+				for (int j = 0; j < IDS; j++)
+					off += (size_t)snprintf(out + off, 64,
+					        "%u|RUNNING|%d|None|\n",
+					        base + (uint32_t)j * stride, op & 63);
+				slurm_watch_apply(out);
+				/* Plain checks: a ck_assert per id is a write
+				 * to Check's pipe. */
+				for (int j = 0; j < IDS; j++) {
+					struct slurm_jobstate js;
+					uint32_t jid = base + (uint32_t)j * stride;
+					slurm_watch_get(jid, &js);
+					int want = count[j] > 0 ? SLURM_RUNNING
+					                        : SLURM_UNKNOWN;
+					if (js.state != want ||
+					    (want == SLURM_RUNNING &&
+					     js.status != (op & 63)))
+						ck_abort_msg("round %d op %d: job %u "
+						             "state %d status %d, "
+						             "watched %d times", round,
+						             op, jid, js.state,
+						             js.status, count[j]);
+				}
+			}
+		}
+	}
+	slurm_watch_stop();
+	free(out);
+}
+END_TEST
+
 static Suite *slurm_watch_suite(void)
 {
 	Suite *s = suite_create("slurm_watch");
@@ -138,6 +204,7 @@ static Suite *slurm_watch_suite(void)
 
 	tcase_add_test(tc, table_matches_a_model);
 	tcase_add_test(tc, job_added_twice);
+	tcase_add_test(tc, random_ops_match_a_model);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -5,7 +5,12 @@
  * one by one.  bench/latency runs it on the same file system as rokd's
  * state directory so the two figures can be compared in one run.
  *
- *	sqlite-commit DBFILE [N]
+ * GAP_US, when given, is slept before each commit (outside its timing):
+ * commits paced as a service's are, one per request round trip, with the
+ * CPU idle in between, which on a virtual machine makes the fsync itself
+ * slower than back to back.
+ *
+ *	sqlite-commit DBFILE [N [GAP_US]]
  *
  * prints: n=N p50_us=.. p99_us=.. max_us=..
  */
@@ -13,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -43,10 +49,13 @@ int main(int argc, char **argv)
 	sqlite3 *db = NULL;
 	sqlite3_stmt *ins = NULL;
 	long n = argc > 2 ? strtol(argv[2], NULL, 10) : 2000;
+	long gap = argc > 3 ? strtol(argv[3], NULL, 10) : 0;
 	int64_t *lat;
 
-	if (argc < 2 || n < 1 || n > 10000000) {
-		fprintf(stderr, "usage: sqlite-commit DBFILE [N (1..10000000)]\n");
+	if (argc < 2 || argc > 4 || n < 1 || n > 10000000 || gap < 0 ||
+	    gap > 1000000) {
+		fprintf(stderr, "usage: sqlite-commit DBFILE [N (1..10000000) "
+		        "[GAP_US (0..1000000)]]\n");
 		return 2;
 	}
 	lat = malloc((size_t)n * sizeof(*lat));
@@ -65,6 +74,10 @@ int main(int argc, char **argv)
 	/* The first 100 commits are not timed: the WAL file is created and
 	 * grown then, as rokd's is before its first acknowledgement. */
 	for (long i = -100; i < n; i++) {
+		if (gap > 0 && usleep((useconds_t)gap) != 0) {
+			perror("sqlite-commit: usleep");
+			return 1;
+		}
 		int64_t t0 = sc_now();
 
 		sqlite3_bind_int(ins, 1, 1);

@@ -8,17 +8,28 @@
  * behind them: O(U) per grant for U users, however many entries are
  * queued (one user's 10,000 entries cost the same as one).
  *
- * Strict (the default): the head with the highest class wins, where a
- * class rises one step per aging interval its oldest queued entry has
- * waited (so a low entry counts as urgent after 3 intervals at most);
- * ties go to the user with the fewest running entries in the group (fair
- * share), then to the oldest entry.  Aging raises a whole class, never
- * one user's entries over another's of the same class: else a user whose
- * backlog has aged would beat another's fresh entry of the same class
- * whatever the running counts, and fair share would wait for aging.
- * Once an entry counts as urgent, only entries that count as urgent too
- * and either belong to a user with fewer running entries or were queued
- * before it can start ahead of it: that is the bound rokd.conf(5) states.
+ * Strict (the default): the class that counts highest gets the slot,
+ * where a class rises one step per aging interval its oldest queued entry
+ * has waited (so a low entry counts as urgent after 3 intervals at most);
+ * between classes that count the same, the one whose oldest entry is
+ * older.  Fair share then picks among the class's users.  Aging raises a
+ * whole class, never one user's entries over another's of the same
+ * class: else a user whose backlog has aged would beat another's fresh
+ * entry of the same class whatever the running counts, and fair share
+ * would wait for aging.  Classes are not compared by their users' running
+ * counts: an aged low entry would then lose every tie with a stream of
+ * fresh urgent entries from a user whose short tasks end before each
+ * grant, for ever.  So once an entry counts as urgent, only classes that
+ * count as urgent too with an entry queued before it, and users of its own
+ * class ahead of its user by fair share, can start before it: the bound
+ * rokd.conf(5) states.
+ *
+ * Fair share, between the heads of one class: the user with the fewest
+ * running entries in the group, then the one granted least recently
+ * (never, for a user new to the group), then the oldest entry.  Without
+ * the round robin, a user whose entry ends ties at the next grant with
+ * the user waiting (both running one fewer) and wins it by age: with one
+ * slot, a flood would run whole before another user's single entry.
  *
  * Weighted: stride scheduling over the classes.  Each class has a pass;
  * a grant goes to the class with queued entries whose pass is lowest, and
@@ -158,16 +169,16 @@ int qcore_class_now(const struct qgroup *g, const struct qent *e, int64_t now)
 	return qcore_aged(g, e->cls, enq, now);
 }
 
-/* Lexicographic (cls, running, seq): whether a beats b. */
-static bool qcore_better(int acls, const struct qent *a, int bcls,
-                         const struct qent *b)
+/* Fair share between two heads of one class: (running, last grant, seq)
+ * lexicographically; whether a beats b. */
+static bool qcore_fairer(const struct qent *a, const struct qent *b)
 {
 	if (b == NULL)
 		return true;
-	if (acls != bcls)
-		return acls < bcls;
 	if (a->user->running != b->user->running)
 		return a->user->running < b->user->running;
+	if (a->user->last_grant != b->user->last_grant)
+		return a->user->last_grant < b->user->last_grant;
 	return a->seq < b->seq;
 }
 
@@ -193,6 +204,7 @@ static void qcore_grant(struct qgroup *g, struct qent *e)
 {
 	qcore_unlink(g, e);
 	e->user->running++;
+	e->user->last_grant = ++g->grants;
 	g->running++;
 	g->granted[e->cls]++;
 }
@@ -210,29 +222,22 @@ static int qcore_weighted_class(struct qgroup *g)
 
 struct qent *qcore_pick(struct qgroup *g, int64_t now)
 {
-	struct qent *best[QCLS_N] = { NULL };
-	int64_t oldest[QCLS_N];
+	struct qent *best[QCLS_N] = { NULL }, *oldest[QCLS_N] = { NULL };
 	int c = -1;
 
 	if (!qcore_can_grant(g) || qcore_queued(g) == 0)
 		return NULL;
-	/*
-	 * One pass over the heads: each class's best entry by fair share
-	 * (fewest running, then oldest) and its oldest entry (aging).  The
-	 * aged class being the same for all entries of a class, the best of
-	 * the group is the best of these per-class bests.
-	 */
-	for (int k = 0; k < QCLS_N; k++)
-		oldest[k] = INT64_MAX;
+	/* One pass over the heads: each class's best entry by fair share
+	 * and its oldest entry (aging; seq follows the queueing times). */
 	for (struct quser *u = g->users; u != NULL; u = u->next) {
 		for (int k = 0; k < QCLS_N; k++) {
 			struct qent *e = u->head[k];
 			if (e == NULL)
 				continue;
-			if (qcore_better(k, e, k, best[k]))
+			if (qcore_fairer(e, best[k]))
 				best[k] = e;
-			if (e->enq_ns < oldest[k])
-				oldest[k] = e->enq_ns;
+			if (oldest[k] == NULL || e->seq < oldest[k]->seq)
+				oldest[k] = e;
 		}
 	}
 	if (g->policy == QPOLICY_WEIGHTED) {
@@ -241,14 +246,15 @@ struct qent *qcore_pick(struct qgroup *g, int64_t now)
 		g->vtime = g->pass[c];
 		g->pass[c] += QCORE_STRIDE / (w > 0 ? w : 1);
 	} else {
-		/* A class counts as high as its oldest entry has aged to. */
+		/* A class counts as high as its oldest entry has aged
+		 * to; between equals, the older oldest entry. */
 		int ccls = QCLS_N;
 		for (int k = 0; k < QCLS_N; k++) {
 			if (best[k] == NULL)
 				continue;
-			int a = qcore_aged(g, k, oldest[k], now);
-			if (qcore_better(a, best[k], ccls,
-			                 c < 0 ? NULL : best[c])) {
+			int a = qcore_aged(g, k, oldest[k]->enq_ns, now);
+			if (c < 0 || a < ccls || (a == ccls &&
+			    oldest[k]->seq < oldest[c]->seq)) {
 				c = k;
 				ccls = a;
 			}

@@ -38,6 +38,7 @@ struct quser {
 	uid_t uid;
 	uint32_t running;
 	uint64_t nqueued;
+	uint64_t last_grant;        /* the group's grants at its last; 0: none */
 	struct qent *head[QCLS_N], *tail[QCLS_N];
 };
 
@@ -56,6 +57,7 @@ struct qgroup {
 	uint64_t pass[QCLS_N];      /* weighted: stride scheduling */
 	uint64_t vtime;             /* the pass of the last weighted grant */
 	uint64_t granted[QCLS_N];   /* grants by submitted class, ever */
+	uint64_t grants;            /* all grants, ever (fair share's order) */
 };
 
 /* Settings of a new group: strict, no limit, default weights, aging off. */
@@ -73,10 +75,11 @@ bool qcore_can_grant(const struct qgroup *g);
 /*
  * The entry that gets the next slot at time now, taken off its FIFO and
  * counted as running (its user's and the group's), or NULL (no free slot,
- * paused, nothing queued).  Strict: the highest class after aging, then
- * the user with the fewest running entries, then the longest waiting.
- * Weighted: the class whose stride pass is lowest, then as above.  O(U)
- * for U users with queued or running entries.
+ * paused, nothing queued).  Strict: the highest class after aging (the
+ * older oldest entry between equals), then in it the user with the fewest
+ * running entries, then the one granted least recently, then the longest
+ * waiting.  Weighted: the class whose stride pass is lowest, then as
+ * above.  O(U) for U users with queued or running entries.
  */
 struct qent *qcore_pick(struct qgroup *g, int64_t now);
 /* e (granted) ended: its slot is free. */

@@ -315,8 +315,87 @@ START_TEST(fair_share_aged)
 }
 END_TEST
 
-/* Between users with equal running counts the longest waiting wins; a
- * user with fewer running tasks wins over an older entry. */
+/*
+ * One slot, user A's flood of 6, then user B's one entry: when A's first
+ * ends, A and B both run none, and B (never granted) goes before A's
+ * older entries; then A and B alternate while both have work.  Ranked by
+ * age after the running counts, B waited for A's whole flood.
+ */
+START_TEST(fair_share_one_slot)
+{
+	struct qgroup g;
+	struct ent e[9];
+
+	qcore_init(&g);
+	g.parallel = 1;
+	for (int i = 0; i < 6; i++)
+		push(&g, &e[i], i, 1, QCLS_NORMAL, 0);
+	struct ent *r = pick(&g, 0);
+	ck_assert_int_eq(r->id, 0);
+	push(&g, &e[6], 6, 2, QCLS_NORMAL, SEC);
+	push(&g, &e[7], 7, 2, QCLS_NORMAL, SEC);
+	int want[] = { 6, 1, 7, 2, 3, 4, 5 };
+	for (int i = 0; i < 7; i++) {
+		qcore_release(&g, &r->q);
+		r = pick(&g, 2 * SEC);
+		ck_assert_int_eq(r->id, want[i]);
+	}
+	qcore_release(&g, &r->q);
+	ck_assert_ptr_null(g.users);
+	qcore_done(&g);
+}
+END_TEST
+
+/*
+ * The aging bound across users (rokd.conf(5)): A holds one of two slots
+ * for good; B's short urgent entries keep the other, a new one queued at
+ * every grant, so at each grant B runs none and A one.  A's low entry
+ * must start at the first grant after it counts as urgent, ahead of B's
+ * fresher urgent entries whatever the running counts.  With the classes
+ * compared by their users' running counts, it lost every tie to B, for
+ * ever.
+ */
+START_TEST(aging_across_users)
+{
+	enum { N = 1000 };
+	struct qgroup g;
+	struct ent *e = calloc(N, sizeof(*e));
+	int64_t aging = SEC, step = aging / 10, now = 0;
+	int id = 0, grants = 0;
+
+	ck_assert_ptr_nonnull(e);
+	qcore_init(&g);
+	g.parallel = 2;
+	g.aging_ns = aging;
+	push(&g, &e[id], id, 1, QCLS_URGENT, now), id++;
+	ck_assert_ptr_eq(pick(&g, now), &e[0]);     /* A's, for good */
+	push(&g, &e[id], id, 2, QCLS_URGENT, now), id++;
+	struct ent *b = pick(&g, now);
+	struct ent *low = &e[id];
+	push(&g, low, id, 1, QCLS_LOW, now), id++;
+	for (;;) {
+		ck_assert_int_lt(id, N);
+		now += step;
+		push(&g, &e[id], id, 2, QCLS_URGENT, now), id++;
+		qcore_release(&g, &b->q);
+		b = pick(&g, now);
+		grants++;
+		if (b == low)
+			break;
+		ck_assert_int_eq(b->uid, 2);
+	}
+	/* Not before it counts as urgent (3 intervals), and at the first
+	 * grant after. */
+	ck_assert_int_ge(grants, (int)(3 * aging / step));
+	ck_assert_int_le(grants, (int)(3 * aging / step) + 1);
+	qcore_done(&g);
+	free(e);
+}
+END_TEST
+
+/* Between users with equal running counts the one granted least
+ * recently wins; a user with fewer running tasks wins over an older
+ * entry. */
 START_TEST(fair_share_ties)
 {
 	struct qgroup g;
@@ -365,9 +444,24 @@ END_TEST
 /*
  * Differential: random pushes, picks, releases and removals with several
  * users and classes in a strict group with aging, against a reference that
- * scans every queued entry for the least (class now, user's running,
- * seq), a class aging by the wait of its oldest queued entry.
+ * scans every queued entry: the class that counts highest (aging by the
+ * wait of its oldest queued entry), the older oldest entry between equals;
+ * in it the least (user's running, user's last grant, seq), a user's last
+ * grant forgotten when it holds nothing in the group.
  */
+/* The reference's side of qcore_user_gc: a user holding nothing in the
+ * group is new to it again. */
+static void forget(const int *state, const struct ent *e, int pushed,
+                   const uint32_t *running_of, uint64_t *last_of, uid_t u)
+{
+	if (running_of[u] > 0)
+		return;
+	for (int i = 0; i < pushed; i++)
+		if (state[i] == 1 && e[i].uid == u)
+			return;
+	last_of[u] = 0;
+}
+
 START_TEST(differential)
 {
 	enum { N = 3000 };
@@ -378,6 +472,7 @@ START_TEST(differential)
 	int pushed = 0;
 	int64_t now = 0;
 	uint32_t running_of[4] = { 0 };
+	uint64_t last_of[4] = { 0 }, grants = 0;
 
 	ck_assert_ptr_nonnull(e);
 	qcore_init(&g);
@@ -393,30 +488,42 @@ START_TEST(differential)
 		} else if (op < 7) {
 			/* the reference's choice first: a class ages by
 			 * its oldest queued entry's wait */
-			int64_t oldest[QCLS_N];
+			int oldest[QCLS_N];
 			for (int c = 0; c < QCLS_N; c++)
-				oldest[c] = INT64_MAX;
+				oldest[c] = -1;
 			for (int i = 0; i < pushed; i++)
-				if (state[i] == 1 &&
-				    e[i].q.enq_ns < oldest[e[i].cls])
-					oldest[e[i].cls] = e[i].q.enq_ns;
-			int best = -1, bc = 0;
+				if (state[i] == 1 && oldest[e[i].cls] < 0)
+					oldest[e[i].cls] = i;   /* ids follow seq */
+			int cls = -1, ccls = QCLS_N;
+			for (int c = 0; c < QCLS_N; c++) {
+				if (oldest[c] < 0)
+					continue;
+				int64_t steps = (now - e[oldest[c]].q.enq_ns) / SEC;
+				int a = steps >= c ? 0 : c - (int)steps;
+				if (cls < 0 || a < ccls ||
+				    (a == ccls && oldest[c] < oldest[cls])) {
+					cls = c;
+					ccls = a;
+				}
+			}
+			int best = -1;
 			for (int i = 0; i < pushed; i++) {
 				if (state[i] != 1)
 					continue;
-				int64_t steps = (now - oldest[e[i].cls]) / SEC;
-				int c = steps >= e[i].cls ? 0
-				        : e[i].cls - (int)steps;
-				ck_assert_int_eq(c, qcore_class_now(
-					&g, &e[i].q, now));
-				if (best < 0 || c < bc ||
-				    (c == bc && (running_of[e[i].uid] <
-				                 running_of[e[best].uid] ||
-				     (running_of[e[i].uid] ==
-				      running_of[e[best].uid] &&
-				      e[i].q.seq < e[best].q.seq)))) {
+				int64_t steps = (now - e[oldest[e[i].cls]].q.enq_ns)
+				                / SEC;
+				ck_assert_int_eq(steps >= e[i].cls ? 0
+				                 : e[i].cls - (int)steps,
+				                 qcore_class_now(&g, &e[i].q, now));
+				if (e[i].cls != cls)
+					continue;
+				uid_t u = e[i].uid, v = best < 0 ? 0 : e[best].uid;
+				if (best < 0 || running_of[u] < running_of[v] ||
+				    (running_of[u] == running_of[v] &&
+				     (last_of[u] < last_of[v] ||
+				      (last_of[u] == last_of[v] &&
+				       e[i].q.seq < e[best].q.seq)))) {
 					best = i;
-					bc = c;
 				}
 			}
 			struct ent *r = pick(&g, now);
@@ -428,12 +535,15 @@ START_TEST(differential)
 			ck_assert_int_eq(r->id, best);
 			state[r->id] = 2;
 			running_of[r->uid]++;
+			last_of[r->uid] = ++grants;
 		} else if (op < 9) {
 			for (int i = 0; i < pushed; i++) {
 				if (state[i] == 2) {
 					qcore_release(&g, &e[i].q);
 					running_of[e[i].uid]--;
 					state[i] = 3;
+					forget(state, e, pushed, running_of,
+					       last_of, e[i].uid);
 					break;
 				}
 			}
@@ -442,6 +552,8 @@ START_TEST(differential)
 			if (pushed > 0 && state[i] == 1) {
 				qcore_remove(&g, &e[i].q);
 				state[i] = 3;
+				forget(state, e, pushed, running_of, last_of,
+				       e[i].uid);
 			}
 		}
 	}
@@ -463,6 +575,8 @@ static Suite *qcore_suite(void)
 		{ "weighted_empty_class", weighted_empty_class },
 		{ "fair_share", fair_share },
 		{ "fair_share_aged", fair_share_aged },
+		{ "fair_share_one_slot", fair_share_one_slot },
+		{ "aging_across_users", aging_across_users },
 		{ "fair_share_ties", fair_share_ties },
 		{ "remove_pause_limit", remove_pause_limit },
 		{ "differential", differential },

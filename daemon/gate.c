@@ -589,7 +589,13 @@ int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
 		}
 	}
 	free(jstate);
-	if (e->pending > 0 && e->failed_dep == 0)
+	/* A cancel that came before the entry could be found (before the
+	 * record was marked gated, or before the link above) did not reach
+	 * gate_cancel: it would wait out the delay or the dependencies.  One
+	 * from now on finds the entry. */
+	if (tasktab_cancel_seen(r))
+		e->cancel = true;
+	if (e->pending > 0 && e->failed_dep == 0 && !e->cancel)
 		gate_show_dep(e);
 	else
 		gate_ready(e);

@@ -399,11 +399,13 @@ uint64_t tasktab_spawned_us(const struct rtask *r);
  * is not in memory (finished: see the journal).  tasktab_set_life: marks
  * it gated (gate_submit, first), with the handle joins get until the final
  * outcome (taken).  tasktab_set_wait: what `waiting` shows of a gated
- * record (a dependency, a start time).
+ * record (a dependency, a start time).  tasktab_cancel_seen: whether a
+ * client asked to cancel r (gate_submit, once its entry can be found).
  */
 int tasktab_dep_visible(uint64_t id, uid_t uid);
 int tasktab_dep_state(uint64_t id);
 void tasktab_set_life(struct rtask *r, rok_task *life);
+bool tasktab_cancel_seen(struct rtask *r);
 void tasktab_set_wait(struct rtask *r, uint64_t dep, uint64_t not_before_us);
 
 /*

@@ -1268,6 +1268,14 @@ int tasktab_dep_state(uint64_t id)
 	return st;
 }
 
+bool tasktab_cancel_seen(struct rtask *r)
+{
+	pthread_mutex_lock(&tab.lock);
+	bool seen = r->cancel_requested;
+	pthread_mutex_unlock(&tab.lock);
+	return seen;
+}
+
 void tasktab_set_life(struct rtask *r, rok_task *life)
 {
 	pthread_mutex_lock(&tab.lock);

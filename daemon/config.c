@@ -73,6 +73,10 @@ void config_defaults(struct config *c)
 	c->max_connections_per_user = 1024;
 	c->max_waits_per_user = 16384;
 	c->max_followers_per_user = 256;
+	/* 16 full connections' worth, far above what clients that read
+	 * leave queued; without it, 1024 connections at just under
+	 * max_output each held 16 GiB. */
+	c->max_output_per_user = 256u << 20;
 	/* Tasks per uid: a quarter of the table's caps, so that one user's
 	 * flood leaves room (and results) for the others. */
 	c->max_queued_per_user = 250000;
@@ -207,6 +211,7 @@ static int config_set(struct config *c, const char *key, const char *v,
 		CFG_U("max_waits_per_user", max_waits_per_user, 1u << 30),
 		CFG_U("max_followers_per_user", max_followers_per_user,
 		      1u << 20),
+		CFG_U("max_output_per_user", max_output_per_user, 1ull << 40),
 		CFG_U("max_queued_per_user", max_queued_per_user, 1ull << 32),
 		CFG_U("max_running_per_user", max_running_per_user,
 		      1ull << 32),

@@ -10,7 +10,13 @@
  * with no malloc per field.  A small reply is packed on the stack, a
  * worker's in one allocation with its delivery.  Replies are queued on the
  * bufferevent's output; a client that lets more than config.max_output
- * bytes pile up is disconnected, and nobody else notices.
+ * bytes pile up is disconnected, and nobody else notices.  What all of a
+ * uid's connections hold queued is counted too (quota.c, exactly, by a
+ * callback on each output buffer): past max_output_per_user, a connection
+ * that adds to it while holding more than CONN_OUTPUT_SLACK is closed, so
+ * that a client that does not read cannot multiply max_output by its
+ * connections, while the uid's connections that read (their replies go
+ * out at once) are left alone.
  *
  * Per uid (quota.c): a connection over max_connections_per_user is kept
  * only to answer its first request (the hello) RESOURCE_EXHAUSTED, then
@@ -74,6 +80,8 @@ struct conn {
 	                             at its first request, then closed */
 	bool dead;                /* closed: no more reading or writing */
 	bool draining;            /* shutdown: close once flushed and answered */
+	bool user_over;           /* its uid is past max_output_per_user */
+	struct evbuffer_cb_entry *out_cb; /* counts its output for the uid */
 	struct conn_stream *streams; /* its streams in progress */
 	struct conn *prev, *next; /* on conns.head, later conns.freeing */
 };
@@ -87,6 +95,9 @@ static struct {
 	struct conn *closed;      /* closed, still referenced */
 	struct conn *freeing;     /* unreferenced, free on a later loop turn */
 } conns;
+
+/* Queued bytes a connection may hold whatever its uid holds elsewhere. */
+#define CONN_OUTPUT_SLACK (64u << 10)
 
 static void conn_read_cb(struct bufferevent *bev, void *arg);
 static void conn_write_cb(struct bufferevent *bev, void *arg);
@@ -279,6 +290,14 @@ static void conn_close(struct conn *c, const char *why)
 	if (why != NULL)
 		log_debug("connection %llu (uid %u): closed: %s",
 		          (unsigned long long)c->serial, (unsigned)c->uid, why);
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	if (c->out_cb != NULL) {
+		/* Freeing the buffer runs no callback: what it held is
+		 * given back here. */
+		(void)evbuffer_remove_cb_entry(out, c->out_cb);
+		(void)quota_add(c->uid, QUOTA_OUTPUT,
+		                -(int64_t)evbuffer_get_length(out));
+	}
 	bufferevent_free(c->bev);   /* closes the socket */
 	c->bev = NULL;
 	conn_unlink(&conns.head, c);
@@ -290,6 +309,22 @@ static void conn_close(struct conn *c, const char *why)
 		quota_give(c->uid, QUOTA_CONNECTIONS);
 	conn_streams_end(c);        /* its streams end, on a later turn */
 	conn_unref(c);              /* the connection's own reference */
+}
+
+/* Every change of a connection's output: its uid's count follows. */
+static void conn_out_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info,
+                        void *arg)
+{
+	struct conn *c = arg;
+
+	(void)buf;
+	if (info->n_added == info->n_deleted)
+		return;
+	/* Both are bounded by what one buffer can hold (size_t, far below
+	 * INT64_MAX). */
+	c->user_over = quota_add(c->uid, QUOTA_OUTPUT,
+	                         (int64_t)info->n_added -
+	                         (int64_t)info->n_deleted);
 }
 
 void conn_accept(int fd)
@@ -358,7 +393,11 @@ void conn_accept(int fd)
 	conn_link(&conns.head, c);
 	conns.count++;
 	bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
-	if (bufferevent_enable(c->bev, EV_READ | EV_WRITE) != 0)
+	c->out_cb = evbuffer_add_cb(bufferevent_get_output(c->bev),
+	                            conn_out_cb, c);
+	if (c->out_cb == NULL)
+		conn_close(c, "evbuffer_add_cb failed");
+	else if (bufferevent_enable(c->bev, EV_READ | EV_WRITE) != 0)
 		conn_close(c, "bufferevent_enable failed");
 	log_debug("connection %llu: uid %u pid %d",
 	          (unsigned long long)c->serial, (unsigned)c->uid, (int)c->pid);
@@ -511,8 +550,12 @@ static void conn_queue(struct conn *c, const uint8_t *frame, size_t len)
 		conn_close(c, "out of memory");
 		return;
 	}
-	if (evbuffer_get_length(out) > config.max_output)
+	size_t queued = evbuffer_get_length(out);
+	if (queued > config.max_output)
 		conn_close(c, "client does not read its replies");
+	else if (c->user_over && queued > CONN_OUTPUT_SLACK)
+		conn_close(c, "client does not read its replies (its uid's "
+		           "connections hold more than max_output_per_user)");
 }
 
 static void conn_error_init(Response *resp, Rok__V1__Error *e, uint64_t id,

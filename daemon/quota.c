@@ -5,8 +5,9 @@
  *
  * Counted here: connections (max_connections_per_user), requests in flight
  * (max_waits_per_user: every request counted by conn_begin_wait, over all of
- * the uid's connections) and logs and watch streams
- * (max_followers_per_user).  Queued tasks (max_queued_per_user) and queued
+ * the uid's connections), logs and watch streams (max_followers_per_user)
+ * and the bytes of replies queued on all of the uid's connections
+ * (max_output_per_user, counted by quota_add).  Queued tasks (max_queued_per_user) and queued
  * + running tasks (max_running_per_user) are counted by tasktab.c under
  * the task table's lock, which every change of a task's state already
  * holds; they are in the table below for their keys and messages
@@ -58,6 +59,7 @@ static const struct {
 	[QUOTA_CONNECTIONS] = { "max_connections_per_user", "connections" },
 	[QUOTA_WAITS] = { "max_waits_per_user", "requests in flight" },
 	[QUOTA_FOLLOWERS] = { "max_followers_per_user", "logs and watch streams" },
+	[QUOTA_OUTPUT] = { "max_output_per_user", "bytes of unread replies" },
 	[QUOTA_QUEUED] = { "max_queued_per_user", "queued tasks" },
 	[QUOTA_RUNNING] = { "max_running_per_user",
 	                    "queued and running tasks" },
@@ -70,6 +72,7 @@ uint64_t quota_cap(int kind)
 	case QUOTA_CONNECTIONS: return CONFIG_LIMIT(max_connections_per_user);
 	case QUOTA_WAITS: return CONFIG_LIMIT(max_waits_per_user);
 	case QUOTA_FOLLOWERS: return CONFIG_LIMIT(max_followers_per_user);
+	case QUOTA_OUTPUT: return CONFIG_LIMIT(max_output_per_user);
 	case QUOTA_QUEUED: return CONFIG_LIMIT(max_queued_per_user);
 	case QUOTA_RUNNING: return CONFIG_LIMIT(max_running_per_user);
 	}
@@ -132,6 +135,27 @@ void quota_give(uid_t uid, int kind)
 		quota_drop_if_idle(u);
 	}
 	pthread_mutex_unlock(&quota.lock);
+}
+
+bool quota_add(uid_t uid, int kind, int64_t delta)
+{
+	pthread_mutex_lock(&quota.lock);
+	struct quota_user *u = quota_find(uid, delta > 0);
+	bool over = false;
+	if (u != NULL) {
+		/* A give never takes more than was added (the caller adds
+		 * what it queued and gives back what left). */
+		uint64_t d = (uint64_t)delta;   /* two's complement: adding
+		                                   it subtracts when negative */
+		if (delta < 0 && 0 - d >= u->held[kind])
+			u->held[kind] = 0;
+		else
+			u->held[kind] += d;
+		over = u->held[kind] > quota_cap(kind);
+		quota_drop_if_idle(u);
+	}
+	pthread_mutex_unlock(&quota.lock);
+	return over;
 }
 
 bool quota_job_queue(uid_t uid, struct quota_job *j)

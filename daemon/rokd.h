@@ -67,6 +67,7 @@ struct config {
 	uint32_t max_connections_per_user;
 	uint32_t max_waits_per_user;
 	uint32_t max_followers_per_user; /* logs and watch streams */
+	uint64_t max_output_per_user;    /* bytes queued, all its clients */
 	uint64_t max_queued_per_user;       /* tasks not started yet */
 	uint64_t max_running_per_user;      /* queued + running, at spawn */
 	uint64_t max_finished_per_user;     /* finished kept in memory */
@@ -186,6 +187,7 @@ enum {
 	QUOTA_CONNECTIONS,          /* max_connections_per_user */
 	QUOTA_WAITS,                /* max_waits_per_user */
 	QUOTA_FOLLOWERS,            /* max_followers_per_user */
+	QUOTA_OUTPUT,               /* max_output_per_user (bytes) */
 	QUOTA_NKINDS,
 	/* Counted by tasktab.c under its own lock (not with quota_take);
 	 * here for quota_explain. */
@@ -197,6 +199,9 @@ enum {
 bool quota_take(uid_t uid, int kind);
 /* Gives back one taken with quota_take. */
 void quota_give(uid_t uid, int kind);
+/* Adds delta (negative: gives back) to what uid holds of a kind counted
+ * in bytes; whether uid then holds more than its cap. */
+bool quota_add(uid_t uid, int kind, int64_t delta);
 uint64_t quota_cap(int kind);
 /*
  * Offloaded requests (conn_offload) of one uid in the blocking pool at

@@ -1204,6 +1204,82 @@ START_TEST(client_that_does_not_read)
 }
 END_TEST
 
+/*
+ * Many connections of one uid that never read, each kept under max_output:
+ * past max_output_per_user the daemon drops them (before, 8 x 2 MB of
+ * unread replies stayed queued, and 1024 connections could hold 16 GiB),
+ * and a connection of the same uid that reads is still served.
+ */
+START_TEST(lazy_clients_of_one_user)
+{
+	enum { LAZY = 8, FRAMES = 500 };
+	rokd_start("max_output = 4194304\nmax_output_per_user = 1048576");
+	int good = rc_hello(), lazy[LAZY];
+	bool dropped[LAZY] = { false };
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__PingRequest p = ROK__V1__PING_REQUEST__INIT;
+	static uint8_t payload[4000];
+
+	p.payload.data = payload;
+	p.payload.len = sizeof(payload);
+	req.body_case = ROK__V1__REQUEST__BODY_PING;
+	req.ping = &p;
+	size_t frame = WIRE_HEADER + rok__v1__request__get_packed_size(&req);
+	uint8_t *buf = malloc(frame);
+	ck_assert_ptr_nonnull(buf);
+	wire_put_header(buf, (uint32_t)(frame - WIRE_HEADER));
+	rok__v1__request__pack(&req, buf + WIRE_HEADER);
+	/* Each sends 2 MB of pings (2 MB of replies: half its max_output). */
+	for (int k = 0; k < LAZY; k++) {
+		lazy[k] = rc_hello();
+		int nb = 1;
+		ck_assert_int_eq(setsockopt(lazy[k], SOL_SOCKET, SO_RCVBUF, &nb,
+		                            sizeof(nb)), 0);
+		int fl = fcntl(lazy[k], F_GETFL);
+		ck_assert_int_eq(fcntl(lazy[k], F_SETFL, fl | O_NONBLOCK), 0);
+		for (size_t i = 0, off = 0; i < FRAMES && !dropped[k];) {
+			ssize_t n = send(lazy[k], buf + off, frame - off,
+			                 MSG_NOSIGNAL);
+			if (n < 0 && errno == EAGAIN) {
+				test_sleep_ms(1);
+				continue;
+			}
+			if (n < 0) {
+				dropped[k] = true;
+				continue;
+			}
+			off += (size_t)n;   /* whole frames only */
+			if (off == frame) {
+				off = 0;
+				i++;
+			}
+		}
+	}
+	free(buf);
+	/* A dropped one shows as hung up (the daemon read everything sent,
+	 * so nothing is lost by waiting). */
+	int ndropped = 0;
+	for (int t = 0; t < 30000 && ndropped == 0; t += 10) {
+		for (int k = 0; k < LAZY; k++) {
+			struct pollfd pf = { .fd = lazy[k] };
+			if (!dropped[k] && poll(&pf, 1, 0) == 1 &&
+			    (pf.revents & (POLLHUP | POLLERR)))
+				dropped[k] = true;
+			ndropped += dropped[k];
+		}
+		if (ndropped == 0)
+			test_sleep_ms(10);
+	}
+	ck_assert_msg(ndropped > 0, "8 connections of one uid hold 16 MB "
+	              "of unread replies, max_output_per_user 1 MiB");
+	rc_ping_ok(good);
+	for (int k = 0; k < LAZY; k++)
+		close(lazy[k]);
+	close(good);
+	rokd_stop();
+}
+END_TEST
+
 static int count_fds(pid_t pid)
 {
 	char path[64];
@@ -2576,6 +2652,7 @@ static Suite *rokd_suite(void)
 		{ "amplification", amplification },
 		{ "offload_fairness", offload_fairness },
 		{ "lazy_client", client_that_does_not_read },
+		{ "lazy_clients_of_one_user", lazy_clients_of_one_user },
 		{ "thousand_conns", thousand_connections },
 		{ "sigterm", sigterm_answers_in_flight },
 		{ "perm_root", permissions_root_daemon },

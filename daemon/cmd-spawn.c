@@ -38,9 +38,10 @@ int cmd_create_task(struct conn *c, const TaskSpec *spec, struct rtask **out,
 		         (unsigned long long)config.max_queued);
 		return ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED;
 	}
-	if (e == -EDQUOT || e == -EUSERS) {
+	if (e == -EDQUOT || e == -EUSERS || e == -ENOSPC) {
 		quota_explain(conn_uid(c), e == -EDQUOT ? QUOTA_QUEUED
-		              : QUOTA_RUNNING, err, len);
+		              : e == -EUSERS ? QUOTA_RUNNING
+		              : QUOTA_TASK_BYTES, err, len);
 		return ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED;
 	}
 	if (e < 0) {

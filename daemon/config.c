@@ -82,6 +82,9 @@ void config_defaults(struct config *c)
 	c->max_queued_per_user = 250000;
 	c->max_running_per_user = 250000;
 	c->max_finished_per_user = 25000;
+	/* Counts alone let one user's tasks hold a frame each: 250,000
+	 * queued tasks of 1 MiB of arguments. */
+	c->max_task_bytes_per_user = 1ull << 30;
 	c->keep_finished_per_user = 250000;
 	c->watch_lag_max = 16384;
 	c->max_task_output = 64ull << 20;
@@ -217,6 +220,8 @@ static int config_set(struct config *c, const char *key, const char *v,
 		      1ull << 32),
 		CFG_U("max_finished_per_user", max_finished_per_user,
 		      1ull << 32),
+		CFG_U("max_task_bytes_per_user", max_task_bytes_per_user,
+		      1ull << 44),
 		CFG_U("keep_finished_per_user", keep_finished_per_user,
 		      1ull << 40),
 		CFG_U("watch_lag_max", watch_lag_max, 1u << 24),

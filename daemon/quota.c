@@ -7,11 +7,12 @@
  * (max_waits_per_user: every request counted by conn_begin_wait, over all of
  * the uid's connections), logs and watch streams (max_followers_per_user)
  * and the bytes of replies queued on all of the uid's connections
- * (max_output_per_user, counted by quota_add).  Queued tasks (max_queued_per_user) and queued
- * + running tasks (max_running_per_user) are counted by tasktab.c under
- * the task table's lock, which every change of a task's state already
- * holds; they are in the table below for their keys and messages
- * (quota_explain).  Root is counted like everyone: a root client
+ * (max_output_per_user, counted by quota_add).  Queued tasks
+ * (max_queued_per_user), queued + running tasks (max_running_per_user) and
+ * the bytes of their arguments and results (max_task_bytes_per_user) are
+ * counted by tasktab.c under the task table's lock, which every change of
+ * a task's state already holds; they are in the table below for their
+ * keys and messages (quota_explain).  Root is counted like everyone: a root client
  * holding thousands of streams starves others just the same, and an
  * administrator who wants more raises the caps.
  *
@@ -63,6 +64,8 @@ static const struct {
 	[QUOTA_QUEUED] = { "max_queued_per_user", "queued tasks" },
 	[QUOTA_RUNNING] = { "max_running_per_user",
 	                    "queued and running tasks" },
+	[QUOTA_TASK_BYTES] = { "max_task_bytes_per_user",
+	                       "bytes of task arguments and results" },
 };
 
 uint64_t quota_cap(int kind)
@@ -75,6 +78,7 @@ uint64_t quota_cap(int kind)
 	case QUOTA_OUTPUT: return CONFIG_LIMIT(max_output_per_user);
 	case QUOTA_QUEUED: return CONFIG_LIMIT(max_queued_per_user);
 	case QUOTA_RUNNING: return CONFIG_LIMIT(max_running_per_user);
+	case QUOTA_TASK_BYTES: return CONFIG_LIMIT(max_task_bytes_per_user);
 	}
 	return 0;
 }

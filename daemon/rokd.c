@@ -328,6 +328,7 @@ static void rokd_reload_apply(void *arg)
 	ROKD_SET(max_queued_per_user);
 	ROKD_SET(max_running_per_user);
 	ROKD_SET(max_finished_per_user);
+	ROKD_SET(max_task_bytes_per_user);
 	ROKD_SET(keep_finished_per_user);
 	ROKD_SET(max_connections);
 	ROKD_SET(max_ids);

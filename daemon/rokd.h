@@ -71,6 +71,7 @@ struct config {
 	uint64_t max_queued_per_user;       /* tasks not started yet */
 	uint64_t max_running_per_user;      /* queued + running, at spawn */
 	uint64_t max_finished_per_user;     /* finished kept in memory */
+	uint64_t max_task_bytes_per_user;   /* their args and values */
 	uint64_t keep_finished_per_user;    /* finished kept in the journal */
 	uint32_t watch_lag_max;     /* events a watcher may fall behind */
 	char *socket_group;         /* root: group that may connect */
@@ -193,6 +194,7 @@ enum {
 	 * here for quota_explain. */
 	QUOTA_QUEUED = QUOTA_NKINDS,    /* max_queued_per_user */
 	QUOTA_RUNNING,                  /* max_running_per_user */
+	QUOTA_TASK_BYTES,               /* max_task_bytes_per_user */
 	QUOTA_NALL,
 };
 /* Takes one of `kind` for uid: true, or false when uid holds its cap. */

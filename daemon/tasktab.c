@@ -48,6 +48,7 @@ struct rtask {
 	const struct kind *kind;
 	size_t nargs;
 	ProtobufCBinaryData *args;     /* one allocation with the bytes */
+	size_t bytes;                  /* of args and value: its uid's count */
 	uint8_t *value;
 	size_t value_len;
 	bool has_exit_code, has_signal;
@@ -92,6 +93,7 @@ struct rtask {
 struct tasktab_user {
 	uid_t uid;
 	uint64_t queued, running, nfinished;
+	uint64_t bytes;                /* its records' args and values */
 	struct rtask *fhead, *ftail;
 	struct tasktab_user *next;
 };
@@ -268,6 +270,7 @@ static void tasktab_unlink(struct rtask *r)
 	tab.count--;
 	tab.counts[r->state]--;
 	tasktab_user_count(r, -1);
+	r->user->bytes -= r->bytes;
 	tasktab_user_put(r->user);
 	tasktab_free_record(r);
 }
@@ -310,7 +313,8 @@ static void tasktab_evict(struct tasktab_user *u)
 {
 	if (tab.hold)
 		return;
-	while (u != NULL && u->nfinished > CONFIG_LIMIT(max_finished_per_user)
+	while (u != NULL && (u->nfinished > CONFIG_LIMIT(max_finished_per_user)
+	       || u->bytes > CONFIG_LIMIT(max_task_bytes_per_user))
 	       && u->fhead != NULL) {
 		bool last = u->nfinished == 1;
 		tasktab_evict_one(u->fhead);   /* may free u when last */
@@ -319,6 +323,25 @@ static void tasktab_evict(struct tasktab_user *u)
 	}
 	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL)
 		tasktab_evict_one(tab.fhead);
+}
+
+/*
+ * Lock held.  Whether u can take `bytes` more within
+ * max_task_bytes_per_user, after forgetting its oldest finished records
+ * as needed.  The count cannot wrap: each record's bytes come from one
+ * frame.
+ */
+static bool tasktab_room(struct tasktab_user *u, size_t bytes)
+{
+	uint64_t cap = CONFIG_LIMIT(max_task_bytes_per_user);
+
+	/* The new record is not counted yet: without this, evicting u's
+	 * last finished record would free u under the caller. */
+	u->queued++;
+	while (u->bytes + bytes > cap && u->fhead != NULL && !tab.hold)
+		tasktab_evict_one(u->fhead);
+	u->queued--;
+	return u->bytes + bytes <= cap;
 }
 
 /*
@@ -349,9 +372,11 @@ void tasktab_hold_eviction(bool hold)
 	pthread_mutex_unlock(&tab.lock);
 }
 
-/* Copies a spec's args into one allocation. */
-static ProtobufCBinaryData *tasktab_copy_args(const TaskSpec *spec)
+/* Copies a spec's args into one allocation of *size bytes. */
+static ProtobufCBinaryData *tasktab_copy_args(const TaskSpec *spec,
+                                              size_t *size)
 {
+	/* Bounded: the spec was decoded from one frame (max_frame). */
 	size_t bytes = spec->n_args * sizeof(ProtobufCBinaryData);
 
 	for (size_t i = 0; i < spec->n_args; i++)
@@ -359,6 +384,7 @@ static ProtobufCBinaryData *tasktab_copy_args(const TaskSpec *spec)
 	ProtobufCBinaryData *a = malloc(bytes > 0 ? bytes : 1);
 	if (a == NULL)
 		return NULL;
+	*size = bytes;
 	uint8_t *p = (uint8_t *)(a + spec->n_args);
 	for (size_t i = 0; i < spec->n_args; i++) {
 		a[i].len = spec->args[i].len;
@@ -375,7 +401,8 @@ static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
 {
 	struct rtask *r = calloc(1, sizeof(*r));
 
-	if (r == NULL || (r->args = tasktab_copy_args(spec)) == NULL) {
+	if (r == NULL ||
+	    (r->args = tasktab_copy_args(spec, &r->bytes)) == NULL) {
 		free(r);
 		return NULL;
 	}
@@ -419,6 +446,7 @@ static void tasktab_insert(struct rtask *r)
 	tab.tail = r;
 	tab.count++;
 	tasktab_user_count(r, 1);
+	r->user->bytes += r->bytes;
 	tasktab_evict(NULL);
 }
 
@@ -443,6 +471,10 @@ int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
 	else if (r->user->queued + r->user->running >=
 	         CONFIG_LIMIT(max_running_per_user))
 		err = -EUSERS;
+	/* What its unfinished tasks hold counts; its finished ones make
+	 * room (their oldest go first, as at max_finished_per_user). */
+	else if (!tasktab_room(r->user, r->bytes))
+		err = -ENOSPC;
 	if (err < 0) {
 		if (r->user != NULL)
 			tasktab_user_put(r->user);
@@ -745,6 +777,8 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 	r->finished_us = ev.time_us = tasktab_now_us();
 	r->value = o->value;
 	r->value_len = o->value_len;
+	r->bytes += r->value_len;
+	r->user->bytes += r->value_len;
 	o->value = NULL;
 	r->has_exit_code = o->has_exit_code;
 	r->exit_code = o->exit_code;

@@ -1951,6 +1951,48 @@ START_TEST(when_checks)
 END_TEST
 
 /*
+ * max_task_bytes_per_user: a uid's unfinished tasks' arguments count
+ * against it (a spawn past it is refused, naming the key), while its
+ * finished ones make room, oldest first.  Counts alone let one user's
+ * queued tasks hold a frame each.
+ */
+START_TEST(task_bytes_quota)
+{
+	enum { BIG = 100000 };
+	rokd_start("max_task_bytes_per_user = 350000");
+	int fd = rc_hello();
+	static uint8_t big[BIG];
+	memset(big, 'x', sizeof(big));
+	ProtobufCBinaryData arg = { .len = sizeof(big), .data = big };
+	Rok__V1__TaskSpec later = ROK__V1__TASK_SPEC__INIT;
+	later.kind = bin("echo");
+	later.args = &arg;
+	later.n_args = 1;
+	later.not_before_us = when_now_us() + 3600ull * 1000000;
+	int code;
+	char msg[200];
+	uint64_t ids[3];
+	for (int i = 0; i < 3; i++) {
+		ids[i] = rc_spawn_try(fd, 80, &later, &code, msg, sizeof(msg));
+		ck_assert_msg(code == 0, "spawn %d: %s", i, msg);
+	}
+	(void)rc_spawn_try(fd, 81, &later, &code, msg, sizeof(msg));
+	ck_assert_int_eq(code, ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED);
+	ck_assert_msg(strstr(msg, "max_task_bytes_per_user = 350000") != NULL,
+	              "%s", msg);
+	for (int i = 0; i < 3; i++)
+		rc_cancel_ok(fd, ids[i]);
+	Response *jr = rc_join(fd, ids, 3, 0);
+	rok__v1__response__free_unpacked(jr, NULL);
+	(void)rc_spawn_try(fd, 82, &later, &code, msg, sizeof(msg));
+	ck_assert_msg(code == 0, "after the cancels: %s", msg);
+	rc_ping_ok(fd);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
+/*
  * Per-uid task quotas refuse with RESOURCE_EXHAUSTED naming the key, and
  * the daemon goes on serving: max_queued_per_user counts tasks not started
  * (here delayed), max_running_per_user queued and running ones at spawn.
@@ -2670,6 +2712,7 @@ static Suite *rokd_suite(void)
 		{ "streams_of_evicted_closed", streams_of_evicted_closed },
 		{ "when_checks", when_checks },
 		{ "task_quotas", task_quotas },
+		{ "task_bytes_quota", task_bytes_quota },
 		{ "per_user_retention", per_user_retention },
 		{ "long_chain", long_chain },
 	};

@@ -12,9 +12,9 @@
  * the bytes of their arguments and results (max_task_bytes_per_user) are
  * counted by tasktab.c under the task table's lock, which every change of
  * a task's state already holds; they are in the table below for their
- * keys and messages (quota_explain).  Root is counted like everyone: a root client
- * holding thousands of streams starves others just the same, and an
- * administrator who wants more raises the caps.
+ * keys and messages (quota_explain).  Root is counted like everyone: a
+ * root client holding thousands of streams starves others just the same,
+ * and an administrator who wants more raises the caps.
  *
  * Offloaded requests (conn_offload) are limited per uid as well, but
  * queued rather than refused: at most QUOTA_JOBS_RUNNING of a uid's run

@@ -9,7 +9,17 @@
  * go in chunks of JOURNAL_PRUNE_CHUNK, each chunk its own transaction, so a
  * large prune never makes one huge transaction; a chunk's output files are
  * unlinked after it committed (a crash in between leaves an orphan file,
- * never a row whose output is gone).  Only finished rows are touched:
+ * never a row whose output is gone).  Between chunks the prune yields
+ * (journal_prune_yield): what was queued meanwhile is committed and
+ * answered, so spawns wait for one chunk, not for the whole prune, and
+ * rokd's stop ends the prune there (the next one does the rest).  Each
+ * chunk's query resumes after the last id it returned, so a prune reads
+ * the rows it passes once, not once per chunk.  Per uid, one pass over
+ * the finished rows, newest first and itself in chunks, finds each uid's
+ * cutoff (its keep_per_user-th newest); then each uid past its quota has
+ * its rows below the cutoff deleted: a scan of the ids below that cutoff
+ * per such uid (there is no index on uid: the hot path writes none).
+ * Only finished rows are touched:
  * queued and running tasks are never pruned.  Each chunk first raises
  * meta.max_id to the largest id in the table, so pruning the newest task
  * cannot make its id be handed out again; spawns do not write max_id (a
@@ -54,7 +64,8 @@ static int journal_prune_cutoff(sqlite3 *db, uint64_t keep, uint64_t *cut)
  * Deletes, a chunk per transaction, the rows `sel` names: its ?1 is the id
  * to continue after (it returns ids in increasing order, at most
  * JOURNAL_PRUNE_CHUNK), its other parameters are bound by the caller.
- * Adds the count to *total; SQLITE_OK or the error.
+ * Adds the count to *total; SQLITE_OK, SQLITE_INTERRUPT when rokd stops
+ * between two chunks, or the error.
  */
 static int journal_prune_chunks(sqlite3 *db, sqlite3_stmt *sel,
                                 sqlite3_stmt *del, int64_t *total)
@@ -102,7 +113,150 @@ static int journal_prune_chunks(sqlite3 *db, sqlite3_stmt *sel,
 		after = ids[n - 1];
 		if (n < JOURNAL_PRUNE_CHUNK)
 			return SQLITE_OK;
+		if (!journal_prune_yield())
+			return SQLITE_INTERRUPT;
 	}
+}
+
+/* A uid's finished rows seen so far, newest first, and the id of its
+ * keep-th newest (0: fewer seen). */
+struct journal_prune_user {
+	int64_t uid;
+	uint64_t seen, cut;
+	bool used;
+};
+
+/* Open addressing on uid; the table never holds more than half its slots. */
+struct journal_prune_users {
+	struct journal_prune_user *slot;
+	size_t mask, n;
+};
+
+static size_t journal_prune_hash(int64_t uid)
+{
+	/* murmur3's finalizer: every bit of the uid in the low ones. */
+	uint64_t h = (uint64_t)uid;
+
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return (size_t)h;
+}
+
+/* The entry of uid, added if new; NULL when out of memory. */
+static struct journal_prune_user *journal_prune_user(
+	struct journal_prune_users *us, int64_t uid)
+{
+	size_t i;
+
+	if (us->slot != NULL) {
+		for (i = journal_prune_hash(uid) & us->mask; us->slot[i].used;
+		     i = (i + 1) & us->mask)
+			if (us->slot[i].uid == uid)
+				return &us->slot[i];
+	}
+	if (us->slot == NULL || (us->n + 1) * 2 > us->mask + 1) {
+		size_t cap = us->slot == NULL ? 16 : (us->mask + 1) * 2;
+		struct journal_prune_user *s = calloc(cap, sizeof(*s));
+		if (s == NULL)
+			return NULL;
+		for (size_t j = 0; us->slot != NULL && j <= us->mask; j++) {
+			if (!us->slot[j].used)
+				continue;
+			for (i = journal_prune_hash(us->slot[j].uid) &
+			         (cap - 1); s[i].used; i = (i + 1) & (cap - 1))
+				;
+			s[i] = us->slot[j];
+		}
+		free(us->slot);
+		us->slot = s;
+		us->mask = cap - 1;
+	}
+	for (i = journal_prune_hash(uid) & us->mask; us->slot[i].used;
+	     i = (i + 1) & us->mask)
+		;
+	us->slot[i] = (struct journal_prune_user){ .uid = uid, .used = true };
+	us->n++;
+	return &us->slot[i];
+}
+
+/*
+ * Finds each uid's cutoff: one pass over the finished rows, newest first,
+ * JOURNAL_PRUNE_CHUNK at a time with a yield between.  A row that
+ * finishes meanwhile below where the pass is goes uncounted: its uid
+ * keeps one row more, never one less.  SQLITE_OK, SQLITE_INTERRUPT (rokd
+ * stops) or the error.
+ */
+static int journal_prune_count(sqlite3 *db, uint64_t keep,
+                               struct journal_prune_users *us)
+{
+	sqlite3_stmt *st;
+	int64_t before = INT64_MAX;
+	int rc = sqlite3_prepare_v2(db, "SELECT id, uid FROM tasks WHERE "
+	                            "id < ?1 AND state >= 3 ORDER BY id DESC "
+	                            "LIMIT ?2", -1, &st, NULL);
+
+	if (rc != SQLITE_OK)
+		return rc;
+	sqlite3_bind_int(st, 2, JOURNAL_PRUNE_CHUNK);
+	for (;;) {
+		int n = 0;
+		sqlite3_bind_int64(st, 1, before);
+		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+			struct journal_prune_user *u;
+			before = sqlite3_column_int64(st, 0);
+			n++;
+			u = journal_prune_user(us, sqlite3_column_int64(st, 1));
+			if (u == NULL) {
+				rc = SQLITE_NOMEM;
+				break;
+			}
+			if (++u->seen == keep)
+				u->cut = (uint64_t)before;
+		}
+		sqlite3_reset(st);
+		if (rc != SQLITE_DONE)
+			break;
+		rc = SQLITE_OK;
+		if (n < JOURNAL_PRUNE_CHUNK)
+			break;
+		if (!journal_prune_yield()) {
+			rc = SQLITE_INTERRUPT;
+			break;
+		}
+	}
+	sqlite3_finalize(st);
+	return rc;
+}
+
+/*
+ * Per uid: a user's finished tasks beyond its keep_per_user newest, so
+ * that one user's flood prunes that user's results, not everyone's.
+ * keep_per_user is not 0 (the caller deletes every finished row then).
+ */
+static int journal_prune_per_user(sqlite3 *db, sqlite3_stmt *del,
+                                  uint64_t keep_per_user, int64_t *total)
+{
+	struct journal_prune_users us = { NULL, 0, 0 };
+	sqlite3_stmt *sel = NULL;
+	int rc = journal_prune_count(db, keep_per_user, &us);
+
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(db, "SELECT id FROM tasks WHERE id > ?1 "
+		                        "AND id < ?2 AND uid = ?3 AND state >= 3 "
+		                        "ORDER BY id LIMIT ?4", -1, &sel, NULL);
+	for (size_t i = 0; rc == SQLITE_OK && us.slot != NULL && i <= us.mask;
+	     i++) {
+		if (!us.slot[i].used || us.slot[i].cut == 0)
+			continue;
+		sqlite3_bind_int64(sel, 2, (sqlite3_int64)us.slot[i].cut);
+		sqlite3_bind_int64(sel, 3, us.slot[i].uid);
+		sqlite3_bind_int(sel, 4, JOURNAL_PRUNE_CHUNK);
+		rc = journal_prune_chunks(db, sel, del, total);
+	}
+	sqlite3_finalize(sel);
+	free(us.slot);
+	return rc;
 }
 
 int64_t journal_prune_run(sqlite3 *db, uint64_t before_us, uint64_t keep,
@@ -113,6 +267,8 @@ int64_t journal_prune_run(sqlite3 *db, uint64_t before_us, uint64_t keep,
 	int64_t total = 0;
 	int rc;
 
+	if (keep_per_user == 0)
+		keep = 0;   /* every finished row, whoever's */
 	if (keep != UINT64_MAX &&
 	    (rc = journal_prune_cutoff(db, keep, &cut)) != SQLITE_OK)
 		goto fail;
@@ -130,36 +286,26 @@ int64_t journal_prune_run(sqlite3 *db, uint64_t before_us, uint64_t keep,
 		sqlite3_bind_int64(sel, 2, (sqlite3_int64)cut);
 		sqlite3_bind_int64(sel, 3, (sqlite3_int64)before_us);
 		sqlite3_bind_int(sel, 4, JOURNAL_PRUNE_CHUNK);
-		if ((rc = journal_prune_chunks(db, sel, del, &total)) !=
-		    SQLITE_OK)
-			goto fail;
+		rc = journal_prune_chunks(db, sel, del, &total);
 		sqlite3_finalize(sel);
 		sel = NULL;
-	}
-	/*
-	 * Per uid: a user's finished tasks beyond its keep_per_user newest,
-	 * so that one user's flood prunes that user's results, not
-	 * everyone's.  A scan of the finished rows: retention runs once a
-	 * minute, off the hot path.
-	 */
-	if (keep_per_user != UINT64_MAX) {
-		rc = sqlite3_prepare_v2(db, "SELECT id FROM (SELECT id, "
-		                        "row_number() OVER (PARTITION BY uid "
-		                        "ORDER BY id DESC) AS n FROM tasks "
-		                        "WHERE state >= 3) WHERE n > ?2 AND "
-		                        "id > ?1 ORDER BY id LIMIT ?3", -1,
-		                        &sel, NULL);
+		if (rc == SQLITE_INTERRUPT)
+			goto stopped;
 		if (rc != SQLITE_OK)
 			goto fail;
-		sqlite3_bind_int64(sel, 2, keep_per_user > INT64_MAX
-		                           ? INT64_MAX
-		                           : (sqlite3_int64)keep_per_user);
-		sqlite3_bind_int(sel, 3, JOURNAL_PRUNE_CHUNK);
-		if ((rc = journal_prune_chunks(db, sel, del, &total)) !=
-		    SQLITE_OK)
+	}
+	if (keep_per_user != UINT64_MAX && keep_per_user != 0) {
+		rc = journal_prune_per_user(db, del, keep_per_user, &total);
+		if (rc == SQLITE_INTERRUPT)
+			goto stopped;
+		if (rc != SQLITE_OK)
 			goto fail;
 	}
-	sqlite3_finalize(sel);
+	sqlite3_finalize(del);
+	return total;
+stopped:
+	log_info("prune: rokd stops; %lld finished tasks pruned, the rest "
+	         "left for the next prune", (long long)total);
 	sqlite3_finalize(del);
 	return total;
 fail:

@@ -330,7 +330,7 @@ int journal_recover(char *err, size_t len)
 	(void)exec_orphans_kill(groups, ngroups);
 	if ((rc = journal_schema_exec(db, "BEGIN IMMEDIATE", msg, sizeof(msg)))) {
 		free(groups);
-		goto fail;
+		goto failed;
 	}
 	sqlite3_stmt *st;
 	rc = sqlite3_prepare_v2(db, "UPDATE tasks SET state = 5, "
@@ -351,8 +351,12 @@ int journal_recover(char *err, size_t len)
 	if (rc == SQLITE_OK)
 		rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
 	if (rc != SQLITE_OK) {
-		(void)sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-		goto fail;
+		/* Taken first: on a full disk sqlite has rolled back by
+		 * itself, and our ROLLBACK's own error would replace it. */
+		snprintf(msg, sizeof(msg), "%s", sqlite3_errmsg(db));
+		if (!sqlite3_get_autocommit(db))
+			(void)sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+		goto failed;
 	}
 	if ((rc = journal_recover_queued(db, &requeued, &bad, &adopted)) !=
 	    SQLITE_OK)
@@ -366,6 +370,8 @@ int journal_recover(char *err, size_t len)
 		         (long long)(max_meta > max_row ? max_meta : max_row));
 	return 0;
 fail:
-	snprintf(err, len, "journal recovery failed: %s", sqlite3_errmsg(db));
+	snprintf(msg, sizeof(msg), "%s", sqlite3_errmsg(db));
+failed:
+	snprintf(err, len, "journal recovery failed: %s", msg);
 	return -1;
 }

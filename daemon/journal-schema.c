@@ -220,11 +220,19 @@ static int journal_schema_migrate(sqlite3 *db, const char *path, char *err,
 	int64_t ver = -1, failed = -1;
 	char msg[256], sql[128];
 
-	if (journal_schema_exec(db, "BEGIN IMMEDIATE", msg, sizeof(msg)))
-		goto fail;
+	if (journal_schema_exec(db, "BEGIN IMMEDIATE", msg, sizeof(msg))) {
+		/* No version read yet: say what failed, not a version. */
+		snprintf(err, len, "%s: cannot take the journal's write lock "
+		         "(BEGIN IMMEDIATE) to check its schema version: %s; "
+		         "refusing to start", path, msg);
+		return -1;
+	}
 	if (journal_schema_int(db, "PRAGMA user_version", &ver) != SQLITE_OK) {
 		snprintf(msg, sizeof(msg), "%s", sqlite3_errmsg(db));
-		goto rollback;
+		(void)sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+		snprintf(err, len, "%s: cannot read the journal's schema "
+		         "version: %s; refusing to start", path, msg);
+		return -1;
 	}
 	if (ver == JOURNAL_SCHEMA_VERSION) {
 		(void)journal_schema_exec(db, "COMMIT", msg, sizeof(msg));
@@ -244,8 +252,8 @@ static int journal_schema_migrate(sqlite3 *db, const char *path, char *err,
 		goto rollback;
 	return 0;
 rollback:
-	(void)sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-fail:
+	if (!sqlite3_get_autocommit(db))
+		(void)sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 	if (failed >= 0)
 		snprintf(err, len, "%s: cannot migrate the journal from schema "
 		         "version %lld to %d: step %lld -> %lld failed: %s; the "

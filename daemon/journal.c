@@ -69,7 +69,11 @@
  * failed commit (an inline commit that fails, busy included, hands its
  * batch back to the thread, rolled back, to be tried again there), the
  * stop, and at durability = full every commit (an fsync of the reactor
- * thread would stall every other client for its duration).
+ * thread would stall every other client for its duration).  A prune,
+ * which may delete hundreds of thousands of rows, yields between its
+ * chunks (journal_prune_yield): the thread commits and answers what came
+ * meanwhile, and ends the prune there when rokd stops.  Prunes run
+ * outside journal_calls_begin, so a long one never holds journal_detach.
  *
  * At rokd's stop, journal_detach (right before rok_stop) ends the
  * answers: what is committed from then on is written but starts nothing
@@ -950,7 +954,12 @@ static void journal_complete(const struct jev *b, int err, const char *msg)
 	journal_hand_over(c);
 }
 
-/* Runs the prunes of chain b (nothing else in it), answering each. */
+/*
+ * Journal thread, outside journal_calls_begin: runs the prunes of chain b
+ * (nothing else in it), answering each.  A prune may take long (it yields
+ * to spawns between its chunks, journal_prune_yield): holding the calls
+ * meanwhile would hold journal_detach, and so rokd's stop, back.
+ */
 static void journal_run_prunes(struct jev *b)
 {
 	for (struct jev *e = b; e != NULL; e = e->next) {
@@ -965,22 +974,27 @@ static void journal_run_prunes(struct jev *b)
 		p->done = e->u.pr.done;
 		p->arg = e->u.pr.arg;
 		p->n = n;
+		(void)journal_calls_begin();
 		if (journal_reactor_call(journal_pruned_cb, p) < 0)
 			free(p);
+		journal_calls_end();
 	}
 }
 
 /*
  * After a commit: hands the spawn callbacks (ndone of them) to the reactor
  * (or, `here` on the reactor thread, runs them) and frees the batch in one
- * pass (a large batch is cold in the cache: every pass over it costs),
- * then runs the prunes it held.  With `direct` (the journal thread, not
- * detached) the callbacks that may run anywhere run at once.  Detached
- * (journal_detach, before rok_stop) nothing runs and nothing goes to the
- * reactor: rok_spawn would race rok_stop, or start the runtime again
- * after it, as would a reactor_call, and the connections are freed.
+ * pass (a large batch is cold in the cache: every pass over it costs).
+ * Returns the prunes it held, for the caller to run (journal_run_prunes)
+ * and free; the reactor's batches hold none (journal_flush_ev_cb).  With
+ * `direct` (the journal thread, not detached) the callbacks that may run
+ * anywhere run at once.  Detached (journal_detach, before rok_stop)
+ * nothing runs and nothing goes to the reactor: rok_spawn would race
+ * rok_stop, or start the runtime again after it, as would a reactor_call,
+ * and the connections are freed.
  */
-static void journal_done(struct jev *b, size_t ndone, bool here, bool direct)
+static struct jev *journal_done(struct jev *b, size_t ndone, bool here,
+                                bool direct)
 {
 	struct journal_completion *c = NULL;
 	struct jev *prunes = NULL, **ptail = &prunes;
@@ -1020,8 +1034,7 @@ static void journal_done(struct jev *b, size_t ndone, bool here, bool direct)
 	} else if (c != NULL) {
 		journal_hand_over(c);
 	}
-	journal_run_prunes(prunes);
-	journal_free_chain(prunes);
+	return prunes;
 }
 
 /* Splits a failed batch: spawns and prunes are answered, the rest kept. */
@@ -1134,8 +1147,9 @@ static void journal_flush_ev_cb(evutil_socket_t fd, short what, void *arg)
 	 * disturbed. */
 	if (wake)
 		pthread_cond_signal(&journal.cond);
+	/* Never a prune here: a prune queued keeps the reactor out. */
 	if (b != NULL)
-		journal_done(b, ndone, true, false);
+		journal_free_chain(journal_done(b, ndone, true, false));
 }
 
 /* Lock held, journal thread: waits while the reactor commits. */
@@ -1169,6 +1183,84 @@ static void journal_linger(void)
 	                              &until) == 0)
 		;
 	journal.sleeping = journal.lingering = false;
+}
+
+/*
+ * Journal thread: writes batch b, the retained updates first (they are
+ * older), and answers it, then runs the prunes it held.  Returns the
+ * commit's result; *ndone: the spawns it answered.  `failing`: the last
+ * commit failed (its recovery is logged).
+ */
+static int journal_write_batch(struct jev *b, size_t *ndone, bool failing)
+{
+	if (journal.retained != NULL) {
+		struct jev *r = journal.retained;
+		while (r->next != NULL)
+			r = r->next;
+		r->next = b;
+		b = journal.retained;
+		journal.retained = NULL;
+	}
+	int64_t t0 = rok_now();
+	int rc = journal_commit(b, ndone);
+	metrics_observe(METRICS_COMMIT, (rok_now() - t0) / 1000);
+	if (rc == SQLITE_OK) {
+		if (failing)
+			log_info("journal: writing again");
+		/* Decided now, not when the batch was taken: rokd's stop may
+		 * have reached rok_stop during the commit. */
+		bool live = journal_calls_begin();
+		struct jev *prunes = journal_done(b, *ndone, false, live &&
+		                                  *ndone <= JOURNAL_DIRECT_MAX);
+		journal_calls_end();
+		journal_run_prunes(prunes);
+		journal_free_chain(prunes);
+	} else {
+		(void)journal_calls_begin();
+		journal_fail(b, rc);
+		journal_calls_end();
+	}
+	return rc;
+}
+
+bool journal_prune_yield(void)
+{
+	struct jev *b = NULL, **btail = &b, *prunes = NULL, **ptail = &prunes;
+
+	pthread_mutex_lock(&journal.lock);
+	if (journal.stopping || journal.detached) {
+		pthread_mutex_unlock(&journal.lock);
+		return false;
+	}
+	/* The prunes stay queued, in order: they run after this one, not
+	 * inside it. */
+	struct jev *last = NULL;
+	for (struct jev *e = journal.head, *next; e != NULL; e = next) {
+		next = e->next;
+		e->next = NULL;
+		if (e->type == JEV_PRUNE) {
+			*ptail = last = e;
+			ptail = &e->next;
+		} else {
+			*btail = e;
+			btail = &e->next;
+		}
+	}
+	journal.head = prunes;
+	journal.tail = last;
+	journal.urgent = journal.prune_queued = prunes != NULL;
+	bool ckpt = journal.checkpoint_due;
+	journal.checkpoint_due = false;
+	pthread_mutex_unlock(&journal.lock);
+
+	/* A prune's chunks fill the WAL as any commits do. */
+	if (ckpt)
+		journal_checkpoint();
+	if (b != NULL || journal.retained != NULL) {
+		size_t ndone;
+		(void)journal_write_batch(b, &ndone, false);
+	}
+	return true;
 }
 
 static void *journal_main(void *arg)
@@ -1257,34 +1349,12 @@ static void *journal_main(void *arg)
 		journal.prune_queued = false;
 		pthread_mutex_unlock(&journal.lock);
 
-		/* Retained updates go first: they are older. */
-		if (journal.retained != NULL) {
-			struct jev *r = journal.retained;
-			while (r->next != NULL)
-				r = r->next;
-			r->next = b;
-			b = journal.retained;
-			journal.retained = NULL;
-		}
 		size_t ndone;
-		int64_t t0 = rok_now();
-		int rc = journal_commit(b, &ndone);
-		metrics_observe(METRICS_COMMIT, (rok_now() - t0) / 1000);
+		int rc = journal_write_batch(b, &ndone, failing);
 		if (rc == SQLITE_OK) {
-			if (failing)
-				log_info("journal: writing again");
 			failing = false;
 			linger_next = ndone > 0;
-			/* Decided now, not when the batch was taken: rokd's
-			 * stop may have reached rok_stop during the commit. */
-			bool live = journal_calls_begin();
-			journal_done(b, ndone, false, live &&
-			             ndone <= JOURNAL_DIRECT_MAX);
-			journal_calls_end();
 		} else {
-			(void)journal_calls_begin();
-			journal_fail(b, rc);
-			journal_calls_end();
 			/* Retried every 100 ms while updates are retained; a
 			 * batch of spawns alone was answered and is over. */
 			failing = journal.retained != NULL;

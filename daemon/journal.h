@@ -134,6 +134,14 @@ typedef void journal_prune_fn(void *arg, int64_t n, const char *msg);
 int journal_prune(uint64_t before_us, uint64_t keep, uint64_t keep_per_user,
                   journal_prune_fn *done, void *arg);
 
+/*
+ * Journal thread, between the chunks of a prune: commits and answers what
+ * was queued meanwhile (prunes queued stay queued, to run after this one),
+ * so that a long prune does not hold spawns back.  False once rokd stops
+ * (journal_detach or journal_stop): the prune should end there.
+ */
+bool journal_prune_yield(void);
+
 /* ---- journal-prune.c (journal thread) ---------------------------------- */
 /* Deletes what journal_prune asked for: the count, or -errno. */
 int64_t journal_prune_run(sqlite3 *db, uint64_t before_us, uint64_t keep,

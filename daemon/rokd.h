@@ -430,6 +430,9 @@ bool tasktab_in_group(const char *task_group, const char *group);
 /* Main thread: holds back the eviction of finished records while the
  * journal is recovered (hold), then evicts what is beyond the caps. */
 void tasktab_hold_eviction(bool hold);
+/* The journal committed finishes (journal.c, on the committing thread):
+ * evicts the finished records that waited for that. */
+void tasktab_journal_committed(void);
 /* The queued and running tasks of `group`, those still waiting in the
  * gate (dependencies, a start time, a retry's backoff) included: group rm
  * refuses a group that has any.  Any thread; a walk of the table. */

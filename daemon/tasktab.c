@@ -12,7 +12,13 @@
  * through it), and, once finished, in a FIFO: when more than
  * config.max_finished finished tasks are kept, the oldest are forgotten, so
  * memory stays bounded under any load.  An unfinished record is never
- * forgotten: its runtime task points at it.
+ * forgotten: its runtime task points at it.  Nor is a finished one whose
+ * finish is not committed to the journal yet (queued for the linger, or
+ * retried while commits fail): a reader that misses in memory reads the
+ * journal, whose row would still say queued or running.  Such records are
+ * evicted once the commit is made (tasktab_journal_committed).  They are
+ * bounded by the finishes of one linger, and while the disk fails by the
+ * tasks unfinished when it broke: no spawn is committed meanwhile.
  *
  * Ids are never reused: one counter, increasing, continued across
  * restarts from the journal (tasktab_set_next_id).
@@ -73,6 +79,8 @@ struct rtask {
 	rok_task *life;                /* gated: ends with its final outcome,
 	                                  for joins (gate.c) */
 	bool cancel_requested;         /* by a client, not by the shutdown */
+	uint64_t fin_seq;              /* finished: its journal update's seq
+	                                  (journal_finished), 0: none */
 	bool gone;                     /* pruned: no longer visible */
 	rok_task *handle;              /* the runtime task, until finished */
 	struct rtask *hnext;           /* hash chain */
@@ -111,6 +119,8 @@ static struct {
 	uint64_t seq;                  /* state changes so far */
 	bool stopping;                 /* tasktab_cancel_all ran */
 	bool hold;                     /* no eviction (the recovery) */
+	bool uncommitted;              /* eviction stopped at a record whose
+	                                  finish is not committed yet */
 	struct tasktab_user *users[TASKTAB_USER_BUCKETS];
 } tab = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -155,6 +165,7 @@ void tasktab_free(void)
 	tab.buckets = NULL;
 	tab.head = tab.tail = tab.fhead = tab.ftail = NULL;
 	tab.count = tab.nfinished = 0;
+	tab.uncommitted = false;
 	for (size_t b = 0; b < TASKTAB_USER_BUCKETS; b++) {
 		while (tab.users[b] != NULL) {
 			struct tasktab_user *u = tab.users[b];
@@ -300,25 +311,64 @@ static void tasktab_evict_one(struct rtask *r)
 	tasktab_unlink(r);
 }
 
+/* Lock held.  Whether r, finished, may be forgotten: its finish is in
+ * the journal (or never will be), which then answers for it. */
+static bool tasktab_evictable(const struct rtask *r)
+{
+	if (r->fin_seq == 0 || r->fin_seq <= journal_committed())
+		return true;
+	tab.uncommitted = true;   /* tasktab_journal_committed comes back */
+	return false;
+}
+
 /*
  * Lock held.  Forgets the oldest finished records beyond the caps: first
  * the uid's own (max_finished_per_user) when `u` is given, then the
  * table's (max_finished), which only bites when several users each hold
- * close to their cap; memory stays bounded either way.
+ * close to their cap; memory stays bounded either way.  It stops at a
+ * record whose finish is not committed: the FIFOs are in finish order,
+ * which is the order of the journal's queue, so the ones behind are not
+ * committed either.
  */
 static void tasktab_evict(struct tasktab_user *u)
 {
 	if (tab.hold)
 		return;
 	while (u != NULL && u->nfinished > CONFIG_LIMIT(max_finished_per_user)
-	       && u->fhead != NULL) {
+	       && u->fhead != NULL && tasktab_evictable(u->fhead)) {
 		bool last = u->nfinished == 1;
 		tasktab_evict_one(u->fhead);   /* may free u when last */
 		if (last)
 			u = NULL;
 	}
-	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL)
+	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL
+	       && tasktab_evictable(tab.fhead))
 		tasktab_evict_one(tab.fhead);
+}
+
+/* Lock held.  Evicts beyond every uid's cap and the table's. */
+static void tasktab_evict_all(void)
+{
+	for (size_t b = 0; b < TASKTAB_USER_BUCKETS; b++) {
+		struct tasktab_user *u = tab.users[b];
+		while (u != NULL) {
+			struct tasktab_user *next = u->next;
+			tasktab_evict(u);   /* may free u */
+			u = next;
+		}
+	}
+	tasktab_evict(NULL);
+}
+
+void tasktab_journal_committed(void)
+{
+	pthread_mutex_lock(&tab.lock);
+	if (tab.uncommitted) {
+		/* Set again by tasktab_evictable if some still wait. */
+		tab.uncommitted = false;
+		tasktab_evict_all();
+	}
+	pthread_mutex_unlock(&tab.lock);
 }
 
 /*
@@ -335,17 +385,8 @@ void tasktab_hold_eviction(bool hold)
 {
 	pthread_mutex_lock(&tab.lock);
 	tab.hold = hold;
-	if (!hold) {
-		for (size_t b = 0; b < TASKTAB_USER_BUCKETS; b++) {
-			struct tasktab_user *u = tab.users[b];
-			while (u != NULL) {
-				struct tasktab_user *next = u->next;
-				tasktab_evict(u);   /* may free u */
-				u = next;
-			}
-		}
-		tasktab_evict(NULL);
-	}
+	if (!hold)
+		tasktab_evict_all();
 	pthread_mutex_unlock(&tab.lock);
 }
 
@@ -786,9 +827,11 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 		.signal = r->signal, .reason = r->reason,
 		.output_truncated = r->output_truncated,
 	};
-	/* Copied under the lock: eviction may free r once it is dropped. */
+	/* Copied under the lock: eviction may free r once it is dropped.
+	 * Numbered under it too, so that the FIFOs' order is the journal's
+	 * (see tasktab_evict). */
 	if (journaled)
-		journal_finished(&jf);
+		r->fin_seq = journal_finished(&jf);
 	else
 		/* Its processes, if it had any, were killed and reaped before
 		 * its poll ended: the next start has no group to look for. */

@@ -273,6 +273,13 @@ void tasktab_free(void);
  */
 int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
                    struct rtask **out);
+/*
+ * Any thread: the journal committed r's spawn; publishes its `queued`
+ * event and counts it.  Before this a record is told to no watcher (not
+ * even in a snapshot of all tasks), so one whose spawn the journal refuses
+ * (tasktab_discard) never seems to start.  Called before r is started.
+ */
+void tasktab_committed(struct rtask *r);
 
 /*
  * Who to answer when a task ends: a spawn --wait without a wait timeout

@@ -82,6 +82,8 @@ struct rtask {
 	uint64_t fin_seq;              /* finished: its journal update's seq
 	                                  (journal_finished), 0: none */
 	bool gone;                     /* pruned: no longer visible */
+	bool pending;                  /* spawn not committed yet: no event
+	                                  told of it (tasktab_committed) */
 	rok_task *handle;              /* the runtime task, until finished */
 	struct rtask *hnext;           /* hash chain */
 	struct rtask *prev, *next;     /* all records, in id order */
@@ -442,11 +444,11 @@ static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
 	return r;
 }
 
-/* Lock held.  Adds a queued record; ids arrive in increasing order. */
+/* Lock held.  Adds a queued record; ids arrive in increasing order.  Its
+ * entry into queued is counted by the caller (metrics_task_state). */
 static void tasktab_insert(struct rtask *r)
 {
 	tab.counts[RT_QUEUED]++;
-	metrics_task_state(r->mgroup, RT_QUEUED);
 	if (tab.count >= tab.nbuckets)
 		tasktab_grow();
 	size_t b = tasktab_bucket(r->id);
@@ -492,17 +494,32 @@ int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
 		return err;
 	}
 	r->id = tab.next_id++;
+	/* Announced (an event, a count) only once the journal has it: a
+	 * spawn it refuses is discarded, and a watcher would have seen a
+	 * task start that then vanished without an end. */
+	r->pending = true;
 	tasktab_insert(r);
+	pthread_mutex_unlock(&tab.lock);
+	*out = r;
+	return 0;
+}
+
+void tasktab_committed(struct rtask *r)
+{
+	pthread_mutex_lock(&tab.lock);
+	r->pending = false;
+	/* Numbered now: a snapshot taken before left r out, one taken after
+	 * has it and drops this event (cmd-watch.c). */
 	struct events_ev ev = {
-		.kind = EVENTS_STATE, .id = r->id, .uid = uid,
+		.kind = EVENTS_STATE, .id = r->id, .uid = r->uid,
 		.state = RT_QUEUED, .time_us = r->spawned_us, .seq = ++tab.seq,
 	};
 	if (r->group != NULL)
 		snprintf(ev.group, sizeof(ev.group), "%s", r->group);
+	struct metrics_group *mg = r->mgroup;
 	pthread_mutex_unlock(&tab.lock);
+	metrics_task_state(mg, RT_QUEUED);
 	events_publish(&ev);
-	*out = r;
-	return 0;
 }
 
 int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
@@ -528,6 +545,7 @@ int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
 	if (tab.next_id <= id)
 		tab.next_id = id + 1;
 	pthread_mutex_unlock(&tab.lock);
+	metrics_task_state(r->mgroup, RT_QUEUED);
 	*out = r;
 	return 0;
 }
@@ -1385,10 +1403,12 @@ ssize_t tasktab_snapshot(uid_t uid, const char *group, const uint64_t *ids,
 		}
 		count = n;
 	} else {
-		/* Unfinished records are never evicted nor gone. */
+		/* Unfinished records are never evicted nor gone; those whose
+		 * spawn is not committed are announced later, if ever. */
 		for (struct rtask *r = tab.head; r != NULL && count < cap;
 		     r = r->next) {
 			if ((r->state != RT_QUEUED && r->state != RT_RUNNING) ||
+			    r->pending ||
 			    (uid != 0 && r->uid != uid) ||
 			    (group != NULL &&
 			     !tasktab_in_group(r->group, group)))

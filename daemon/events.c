@@ -9,8 +9,9 @@
  * know no kind: both know this file only.
  *
  * Publishing runs on any thread (the workers that run tasks, the reactor
- * that creates them) and costs one atomic load while nobody subscribes to
- * that kind of event: the noop hot path pays nothing more.  With a
+ * or journal thread that completes their spawn's commit) and costs one
+ * atomic load while nobody subscribes to that kind of event: the noop hot
+ * path pays nothing more.  With a
  * subscriber, the event is copied, with its reactor_call node (one
  * allocation), and queued with reactor_call_in, whose queue keeps the
  * order of calls: the changes of one task are published by

@@ -31,6 +31,14 @@
  * bounded by the tasks that were running when the disk broke: no spawn gets
  * through until a commit succeeds.
  *
+ * Every event gets a number as it is queued (seq), and after each
+ * successful commit journal.committed says that every event up to the
+ * batch's last is on disk: a batch is the retained updates, older, and
+ * then the whole FIFO, so commits come in that order.  The task table
+ * keeps a finished record in memory until its finish is committed (its
+ * row says queued or running until then) and hears of each commit that
+ * wrote a finish (tasktab_journal_committed).
+ *
  * Updates wait a little for the next spawn (the linger).  Nobody waits
  * for a start, finish, cancel flag or process group to be durable (a
  * waiting spawn's result goes out as the task ends), but a batch of them
@@ -93,6 +101,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +144,7 @@ struct jev {
 	struct jev *next;
 	int type;
 	uint64_t id;
+	uint64_t seq;                 /* its place in the FIFO (journal_push) */
 	/* JEV_SPAWN: the last event of a request carries its callback. */
 	journal_done_fn *done;
 	void *arg;
@@ -253,6 +263,10 @@ static struct {
 	sqlite3 *ckpt;                /* journal thread: checkpoints */
 	sqlite3_stmt *st[JST_COUNT];
 	struct jev *retained;         /* journal thread: failed, to retry */
+	uint64_t pushed;              /* events queued so far; under lock */
+	/* Every event whose seq is at most this is committed (see
+	 * journal_committed). */
+	_Atomic uint64_t committed;
 	char path[4096];
 	int lock_fd;
 } journal = {
@@ -392,22 +406,27 @@ int journal_open(char *err, size_t len)
 static void journal_flush_ev_cb(evutil_socket_t fd, short what, void *arg);
 
 /*
- * Appends a chain first..last; false when stopped.  Wakes the thread for
+ * Appends a chain first..last, numbering its events: the seq of `last`,
+ * or 0 when stopped.  Wakes the thread for
  * a spawn or a prune (urgent), or for the first update into an empty
  * queue (which starts the linger); an update behind others waits for
  * their commit.  With `inline_ok` (a spawn on the reactor thread at
  * durability = normal), a sleeping thread is left asleep and the commit
  * is queued for the reactor (journal_flush_ev_cb).
  */
-static bool journal_push(struct jev *first, struct jev *last, bool inline_ok)
+static uint64_t journal_push(struct jev *first, struct jev *last,
+                             bool inline_ok)
 {
 	bool urgent = first->type == JEV_SPAWN || first->type == JEV_PRUNE;
 
 	pthread_mutex_lock(&journal.lock);
 	if (journal.stopping && !journal.running) {
 		pthread_mutex_unlock(&journal.lock);
-		return false;
+		return 0;
 	}
+	for (struct jev *e = first; e != NULL; e = e->next)
+		e->seq = ++journal.pushed;
+	uint64_t seq = last->seq;
 	bool was_empty = journal.head == NULL;
 	if (journal.tail != NULL)
 		journal.tail->next = first;
@@ -445,7 +464,7 @@ static bool journal_push(struct jev *first, struct jev *last, bool inline_ok)
 	 * lock, so a late signal is at worst a spurious wake-up. */
 	if (wake)
 		pthread_cond_signal(&journal.cond);
-	return true;
+	return seq;
 }
 
 static void journal_free_chain(struct jev *e)
@@ -503,8 +522,8 @@ static int journal_spawn_chain(const struct journal_spawn_item *items,
 	last->done = done;
 	last->arg = arg;
 	last->any_thread = any_thread;
-	if (!journal_push(first, last, !config.durability_full &&
-	                  reactor_on_thread())) {
+	if (journal_push(first, last, !config.durability_full &&
+	                 reactor_on_thread()) == 0) {
 		journal_free_chain(first);
 		return -ESHUTDOWN;
 	}
@@ -546,13 +565,17 @@ static struct jev *journal_update_new(int type, uint64_t id, size_t extra,
 	return e;
 }
 
-static void journal_push_one(struct jev *e)
+/* The update's seq, or 0 when the journal stopped (e is freed then). */
+static uint64_t journal_push_one(struct jev *e)
 {
-	if (!journal_push(e, e, false)) {
+	uint64_t seq = journal_push(e, e, false);
+
+	if (seq == 0) {
 		log_warnx("journal stopped: task %llu's update is not recorded",
 		          (unsigned long long)e->id);
 		free(e);
 	}
+	return seq;
 }
 
 void journal_started(uint64_t id, uint64_t started_us)
@@ -595,14 +618,14 @@ void journal_exec_gone(uint64_t id)
 	journal_exec(JEV_EXEC, id, 0, 0);
 }
 
-void journal_finished(const struct journal_finish *f)
+uint64_t journal_finished(const struct journal_finish *f)
 {
 	size_t rlen = f->reason != NULL ? strlen(f->reason) + 1 : 0;
 	struct jev *e = journal_update_new(JEV_FINISH, f->id,
 	                                   f->value_len + rlen, "result");
 
 	if (e == NULL)
-		return;
+		return 0;
 	e->u.fi.state = f->state;
 	e->u.fi.started_us = f->started_us;
 	e->u.fi.finished_us = f->finished_us;
@@ -621,7 +644,15 @@ void journal_finished(const struct journal_finish *f)
 	e->u.fi.has_signal = f->has_signal;
 	e->u.fi.signal = f->signal;
 	e->u.fi.truncated = f->output_truncated;
-	journal_push_one(e);
+	return journal_push_one(e);
+}
+
+uint64_t journal_committed(void)
+{
+	/* Pairs with the release in journal_done: a reader that sees an
+	 * update committed and then reads the journal (through tasktab's
+	 * lock) comes after the COMMIT that wrote it. */
+	return atomic_load_explicit(&journal.committed, memory_order_acquire);
 }
 
 void journal_requeued(uint64_t id, uint32_t run, uint64_t next_us)
@@ -662,7 +693,7 @@ int journal_prune(uint64_t before_us, uint64_t keep, uint64_t keep_per_user,
 	e->u.pr.keep_per_user = keep_per_user;
 	e->u.pr.done = done;
 	e->u.pr.arg = arg;
-	if (!journal_push(e, e, false)) {
+	if (journal_push(e, e, false) == 0) {
 		free(e);
 		return -ESHUTDOWN;
 	}
@@ -998,6 +1029,8 @@ static struct jev *journal_done(struct jev *b, size_t ndone, bool here,
 {
 	struct journal_completion *c = NULL;
 	struct jev *prunes = NULL, **ptail = &prunes;
+	uint64_t seq = 0;
+	bool finishes = false;
 
 	if (ndone > 0) {
 		c = malloc(sizeof(*c) + ndone * sizeof(c->cb[0]));
@@ -1009,6 +1042,10 @@ static struct jev *journal_done(struct jev *b, size_t ndone, bool here,
 	}
 	while (b != NULL) {
 		struct jev *next = b->next;
+		/* A batch is everything queued before its last event: the
+		 * retained updates (older) first, then the whole FIFO. */
+		seq = b->seq;
+		finishes |= b->type == JEV_FINISH;
 		if (b->type == JEV_PRUNE) {
 			b->next = NULL;
 			*ptail = b;
@@ -1027,6 +1064,19 @@ static struct jev *journal_done(struct jev *b, size_t ndone, bool here,
 		}
 		b = next;
 	}
+	/* Publishes the COMMIT (journal_committed) before the records it
+	 * makes evictable are looked at again.  A maximum: after an inline
+	 * commit the thread may commit and publish a later batch before the
+	 * reactor gets here. */
+	uint64_t was = atomic_load_explicit(&journal.committed,
+	                                    memory_order_relaxed);
+	while (was < seq &&
+	       !atomic_compare_exchange_weak_explicit(&journal.committed, &was,
+	                                              seq, memory_order_release,
+	                                              memory_order_relaxed))
+		;
+	if (finishes)
+		tasktab_journal_committed();
 	if (c != NULL && c->n == 0) {
 		free(c);
 	} else if (c != NULL && here) {

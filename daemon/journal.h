@@ -104,7 +104,16 @@ struct journal_finish {
 	const char *reason;         /* borrowed: copied; NULL: none */
 	bool output_truncated;
 };
-void journal_finished(const struct journal_finish *f);
+/*
+ * Returns the finish's place in the journal's FIFO: it is on disk once
+ * journal_committed() reaches it; 0 when nothing will be written (no
+ * journal, out of memory, stopped), so there is nothing to wait for.
+ * After each commit that wrote a finish, tasktab_journal_committed runs
+ * (on the committing thread, no journal lock held).
+ */
+uint64_t journal_finished(const struct journal_finish *f);
+/* Any thread: every update queued with a seq up to this is committed. */
+uint64_t journal_committed(void);
 void journal_cancel_requested(uint64_t id);
 /* A failed run of id with retries left: queued again as run `run`, not
  * before next_us (wall clock). */

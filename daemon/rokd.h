@@ -280,6 +280,13 @@ void tasktab_free(void);
  */
 int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
                    struct rtask **out);
+/*
+ * Any thread: the journal committed r's spawn; publishes its `queued`
+ * event and counts it.  Before this a record is told to no watcher (not
+ * even in a snapshot of all tasks), so one whose spawn the journal refuses
+ * (tasktab_discard) never seems to start.  Called before r is started.
+ */
+void tasktab_committed(struct rtask *r);
 
 /*
  * Who to answer when a task ends: a spawn --wait without a wait timeout
@@ -437,6 +444,9 @@ bool tasktab_in_group(const char *task_group, const char *group);
 /* Main thread: holds back the eviction of finished records while the
  * journal is recovered (hold), then evicts what is beyond the caps. */
 void tasktab_hold_eviction(bool hold);
+/* The journal committed finishes (journal.c, on the committing thread):
+ * evicts the finished records that waited for that. */
+void tasktab_journal_committed(void);
 /* The queued and running tasks of `group`, those still waiting in the
  * gate (dependencies, a start time, a retry's backoff) included: group rm
  * refuses a group that has any.  Any thread; a walk of the table. */

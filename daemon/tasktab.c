@@ -12,7 +12,13 @@
  * through it), and, once finished, in a FIFO: when more than
  * config.max_finished finished tasks are kept, the oldest are forgotten, so
  * memory stays bounded under any load.  An unfinished record is never
- * forgotten: its runtime task points at it.
+ * forgotten: its runtime task points at it.  Nor is a finished one whose
+ * finish is not committed to the journal yet (queued for the linger, or
+ * retried while commits fail): a reader that misses in memory reads the
+ * journal, whose row would still say queued or running.  Such records are
+ * evicted once the commit is made (tasktab_journal_committed).  They are
+ * bounded by the finishes of one linger, and while the disk fails by the
+ * tasks unfinished when it broke: no spawn is committed meanwhile.
  *
  * Ids are never reused: one counter, increasing, continued across
  * restarts from the journal (tasktab_set_next_id).
@@ -74,7 +80,11 @@ struct rtask {
 	rok_task *life;                /* gated: ends with its final outcome,
 	                                  for joins (gate.c) */
 	bool cancel_requested;         /* by a client, not by the shutdown */
+	uint64_t fin_seq;              /* finished: its journal update's seq
+	                                  (journal_finished), 0: none */
 	bool gone;                     /* pruned: no longer visible */
+	bool pending;                  /* spawn not committed yet: no event
+	                                  told of it (tasktab_committed) */
 	rok_task *handle;              /* the runtime task, until finished */
 	struct rtask *hnext;           /* hash chain */
 	struct rtask *prev, *next;     /* all records, in id order */
@@ -113,6 +123,8 @@ static struct {
 	uint64_t seq;                  /* state changes so far */
 	bool stopping;                 /* tasktab_cancel_all ran */
 	bool hold;                     /* no eviction (the recovery) */
+	bool uncommitted;              /* eviction stopped at a record whose
+	                                  finish is not committed yet */
 	struct tasktab_user *users[TASKTAB_USER_BUCKETS];
 } tab = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -157,6 +169,7 @@ void tasktab_free(void)
 	tab.buckets = NULL;
 	tab.head = tab.tail = tab.fhead = tab.ftail = NULL;
 	tab.count = tab.nfinished = 0;
+	tab.uncommitted = false;
 	for (size_t b = 0; b < TASKTAB_USER_BUCKETS; b++) {
 		while (tab.users[b] != NULL) {
 			struct tasktab_user *u = tab.users[b];
@@ -303,11 +316,24 @@ static void tasktab_evict_one(struct rtask *r)
 	tasktab_unlink(r);
 }
 
+/* Lock held.  Whether r, finished, may be forgotten: its finish is in
+ * the journal (or never will be), which then answers for it. */
+static bool tasktab_evictable(const struct rtask *r)
+{
+	if (r->fin_seq == 0 || r->fin_seq <= journal_committed())
+		return true;
+	tab.uncommitted = true;   /* tasktab_journal_committed comes back */
+	return false;
+}
+
 /*
  * Lock held.  Forgets the oldest finished records beyond the caps: first
  * the uid's own (max_finished_per_user) when `u` is given, then the
  * table's (max_finished), which only bites when several users each hold
- * close to their cap; memory stays bounded either way.
+ * close to their cap; memory stays bounded either way.  It stops at a
+ * record whose finish is not committed: the FIFOs are in finish order,
+ * which is the order of the journal's queue, so the ones behind are not
+ * committed either.
  */
 static void tasktab_evict(struct tasktab_user *u)
 {
@@ -315,14 +341,40 @@ static void tasktab_evict(struct tasktab_user *u)
 		return;
 	while (u != NULL && (u->nfinished > CONFIG_LIMIT(max_finished_per_user)
 	       || u->bytes > CONFIG_LIMIT(max_task_bytes_per_user))
-	       && u->fhead != NULL) {
+	       && u->fhead != NULL && tasktab_evictable(u->fhead)) {
 		bool last = u->nfinished == 1;
 		tasktab_evict_one(u->fhead);   /* may free u when last */
 		if (last)
 			u = NULL;
 	}
-	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL)
+	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL
+	       && tasktab_evictable(tab.fhead))
 		tasktab_evict_one(tab.fhead);
+}
+
+/* Lock held.  Evicts beyond every uid's cap and the table's. */
+static void tasktab_evict_all(void)
+{
+	for (size_t b = 0; b < TASKTAB_USER_BUCKETS; b++) {
+		struct tasktab_user *u = tab.users[b];
+		while (u != NULL) {
+			struct tasktab_user *next = u->next;
+			tasktab_evict(u);   /* may free u */
+			u = next;
+		}
+	}
+	tasktab_evict(NULL);
+}
+
+void tasktab_journal_committed(void)
+{
+	pthread_mutex_lock(&tab.lock);
+	if (tab.uncommitted) {
+		/* Set again by tasktab_evictable if some still wait. */
+		tab.uncommitted = false;
+		tasktab_evict_all();
+	}
+	pthread_mutex_unlock(&tab.lock);
 }
 
 /*
@@ -338,7 +390,8 @@ static bool tasktab_room(struct tasktab_user *u, size_t bytes)
 	/* The new record is not counted yet: without this, evicting u's
 	 * last finished record would free u under the caller. */
 	u->queued++;
-	while (u->bytes + bytes > cap && u->fhead != NULL && !tab.hold)
+	while (u->bytes + bytes > cap && u->fhead != NULL && !tab.hold &&
+	       tasktab_evictable(u->fhead))
 		tasktab_evict_one(u->fhead);
 	u->queued--;
 	return u->bytes + bytes <= cap;
@@ -358,17 +411,8 @@ void tasktab_hold_eviction(bool hold)
 {
 	pthread_mutex_lock(&tab.lock);
 	tab.hold = hold;
-	if (!hold) {
-		for (size_t b = 0; b < TASKTAB_USER_BUCKETS; b++) {
-			struct tasktab_user *u = tab.users[b];
-			while (u != NULL) {
-				struct tasktab_user *next = u->next;
-				tasktab_evict(u);   /* may free u */
-				u = next;
-			}
-		}
-		tasktab_evict(NULL);
-	}
+	if (!hold)
+		tasktab_evict_all();
 	pthread_mutex_unlock(&tab.lock);
 }
 
@@ -428,11 +472,11 @@ static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
 	return r;
 }
 
-/* Lock held.  Adds a queued record; ids arrive in increasing order. */
+/* Lock held.  Adds a queued record; ids arrive in increasing order.  Its
+ * entry into queued is counted by the caller (metrics_task_state). */
 static void tasktab_insert(struct rtask *r)
 {
 	tab.counts[RT_QUEUED]++;
-	metrics_task_state(r->mgroup, RT_QUEUED);
 	if (tab.count >= tab.nbuckets)
 		tasktab_grow();
 	size_t b = tasktab_bucket(r->id);
@@ -483,17 +527,32 @@ int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
 		return err;
 	}
 	r->id = tab.next_id++;
+	/* Announced (an event, a count) only once the journal has it: a
+	 * spawn it refuses is discarded, and a watcher would have seen a
+	 * task start that then vanished without an end. */
+	r->pending = true;
 	tasktab_insert(r);
+	pthread_mutex_unlock(&tab.lock);
+	*out = r;
+	return 0;
+}
+
+void tasktab_committed(struct rtask *r)
+{
+	pthread_mutex_lock(&tab.lock);
+	r->pending = false;
+	/* Numbered now: a snapshot taken before left r out, one taken after
+	 * has it and drops this event (cmd-watch.c). */
 	struct events_ev ev = {
-		.kind = EVENTS_STATE, .id = r->id, .uid = uid,
+		.kind = EVENTS_STATE, .id = r->id, .uid = r->uid,
 		.state = RT_QUEUED, .time_us = r->spawned_us, .seq = ++tab.seq,
 	};
 	if (r->group != NULL)
 		snprintf(ev.group, sizeof(ev.group), "%s", r->group);
+	struct metrics_group *mg = r->mgroup;
 	pthread_mutex_unlock(&tab.lock);
+	metrics_task_state(mg, RT_QUEUED);
 	events_publish(&ev);
-	*out = r;
-	return 0;
 }
 
 int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
@@ -519,6 +578,7 @@ int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
 	if (tab.next_id <= id)
 		tab.next_id = id + 1;
 	pthread_mutex_unlock(&tab.lock);
+	metrics_task_state(r->mgroup, RT_QUEUED);
 	*out = r;
 	return 0;
 }
@@ -820,9 +880,11 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 		.signal = r->signal, .reason = r->reason,
 		.output_truncated = r->output_truncated,
 	};
-	/* Copied under the lock: eviction may free r once it is dropped. */
+	/* Copied under the lock: eviction may free r once it is dropped.
+	 * Numbered under it too, so that the FIFOs' order is the journal's
+	 * (see tasktab_evict). */
 	if (journaled)
-		journal_finished(&jf);
+		r->fin_seq = journal_finished(&jf);
 	else
 		/* Its processes, if it had any, were killed and reaped before
 		 * its poll ended: the next start has no group to look for. */
@@ -1376,10 +1438,12 @@ ssize_t tasktab_snapshot(uid_t uid, const char *group, const uint64_t *ids,
 		}
 		count = n;
 	} else {
-		/* Unfinished records are never evicted nor gone. */
+		/* Unfinished records are never evicted nor gone; those whose
+		 * spawn is not committed are announced later, if ever. */
 		for (struct rtask *r = tab.head; r != NULL && count < cap;
 		     r = r->next) {
 			if ((r->state != RT_QUEUED && r->state != RT_RUNNING) ||
+			    r->pending ||
 			    (uid != 0 && r->uid != uid) ||
 			    (group != NULL &&
 			     !tasktab_in_group(r->group, group)))

@@ -239,9 +239,13 @@ static int exec_start(struct exec_job *j)
 		goto fail;
 	}
 	const char *path = exec_args_getenv(j->env, "PATH");
-	if ((r->paths = exec_args_paths(j->argv[0], path != NULL ? path
-	                                : EXEC_DEFAULT_PATH)) == NULL) {
-		exec_fail(j, "out of memory");
+	err = exec_args_paths(j->argv[0], path != NULL ? path
+	                      : EXEC_DEFAULT_PATH, &r->paths);
+	if (err < 0) {
+		/* argv[0] may be long: its start, and the error. */
+		exec_fail(j, "exec %.64s%s: %s", j->argv[0],
+		          strlen(j->argv[0]) > 64 ? "..." : "",
+		          strerror(-err));
 		goto fail;
 	}
 	r->want_stdin = j->in_len > 0;

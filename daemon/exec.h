@@ -42,10 +42,14 @@ const char *exec_args_getenv(char *const *env, const char *name);
  * move) and *nenv: 0 or -ENOMEM (then unchanged).
  */
 int exec_args_clean_env(char ***envp, size_t *nenv, const struct exec_user *u);
-/* The candidates execve tries for prog along `path` (none when prog has
- * a slash), NULL-terminated, in one allocation (free() it); NULL on
- * ENOMEM. */
-char **exec_args_paths(const char *prog, const char *path);
+/* The PATH entries tried for a program name, at most (a longer PATH's
+ * rest is ignored: each entry costs a copy of the name). */
+#define EXEC_PATH_DIRS 1024
+/* Sets *out to the candidates execve tries for prog along `path` (just
+ * prog when it has a slash), NULL-terminated, in one allocation (free()
+ * it): 0, -ENAMETOOLONG (prog, to be looked up in PATH, is longer than
+ * NAME_MAX) or -ENOMEM. */
+int exec_args_paths(const char *prog, const char *path, char ***out);
 
 /* ---- exec-user.c ------------------------------------------------------ */
 

@@ -28,7 +28,9 @@
  * close_range is a backstop), the resource limits
  * rokd was started with (exec_limits_save: rokd raises RLIMIT_NOFILE for
  * itself, its tasks get what they would have had), drop to the submitter
- * (setgroups, setresgid, setresuid), chdir (with the submitter's rights),
+ * (setgroups, setresgid, setresuid, then a new session keyring, so that
+ * no user's task shares rokd's or another user's keys), chdir (with the
+ * submitter's rights),
  * PR_SET_PDEATHSIG (after the credential change, which clears it), check
  * that the parent is still rokd, execve for each PATH candidate.  A step
  * that fails stores its errno and its name in memory the parent sees and
@@ -85,6 +87,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <linux/keyctl.h>
 
 #include "exec.h"
 #include "rokd.h"
@@ -374,6 +378,14 @@ EXEC_CHILD static int exec_child_main(void *arg)
 			exec_child_fail(fail, "setresgid", 0);
 		if (syscall(SYS_setresuid, s->uid, s->uid, s->uid) != 0)
 			exec_child_fail(fail, "setresuid", 0);
+		/* rokd's session keyring (KeyringMode=private under
+		 * systemd) would be every user's: a new anonymous one, owned
+		 * by the user.  A kernel without keyrings has nothing to
+		 * share. */
+		if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 &&
+		    errno != ENOSYS)
+			exec_child_fail(fail, "joining a session keyring of "
+			                "its own", 0);
 	}
 	if (s->cwd != NULL && syscall(SYS_chdir, s->cwd) != 0)
 		exec_child_fail(fail, "chdir", 0);

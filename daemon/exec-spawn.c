@@ -155,6 +155,11 @@ static struct {
 	struct exec_rlim lim[RLIM_NLIMITS];
 	int restore[RLIM_NLIMITS];
 	int nrestore;
+	/* rokd's CPU affinity at start, for the spawners: they are started
+	 * from workers, which ROK_THREAD_PER_CORE pins to one CPU each, and
+	 * their children would inherit that one CPU. */
+	bool cpus_saved;
+	cpu_set_t cpus;
 	char *stall;                    /* ROKD_TEST_EXEC_STALL */
 	int64_t tick_ns;                /* one clock tick; 0: not known */
 } spawn = {
@@ -181,6 +186,8 @@ void exec_limits_save(void)
 		spawn.lim[r].max = exec_rlim_value(rl.rlim_max);
 	}
 	spawn.lim_saved = true;
+	spawn.cpus_saved = sched_getaffinity(0, sizeof(spawn.cpus),
+	                                     &spawn.cpus) == 0;
 }
 
 /* Lock held: one more spawner thread; 0 or -errno. */
@@ -188,22 +195,37 @@ static int exec_spawn_add_locked(void)
 {
 	unsigned i = spawn.threads;
 	sigset_t all, old;
+	pthread_attr_t attr;
 	pthread_t t;
+	int err;
 
 	if (i >= SPAWN_THREADS)
 		return -EAGAIN;
+	if ((err = pthread_attr_init(&attr)) != 0)
+		return -err;
+	/* rokd's CPUs, not those of the worker that starts it. */
+	if (spawn.cpus_saved &&
+	    (err = pthread_attr_setaffinity_np(&attr, sizeof(spawn.cpus),
+	                                       &spawn.cpus)) != 0) {
+		pthread_attr_destroy(&attr);
+		return -err;
+	}
 	void *stack = mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE,
 	                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-	if (stack == MAP_FAILED)
-		return -errno;
+	if (stack == MAP_FAILED) {
+		err = -errno;
+		pthread_attr_destroy(&attr);
+		return err;
+	}
 	spawn.stack[i] = stack;
 	/* A spawner runs with every signal blocked and lives until the
 	 * process exits. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int err = pthread_create(&t, NULL, exec_spawner_main,
-	                         (void *)(uintptr_t)i);
+	err = pthread_create(&t, &attr, exec_spawner_main,
+	                     (void *)(uintptr_t)i);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
 	if (err != 0) {
 		munmap(stack, SPAWN_STACK);
 		spawn.stack[i] = NULL;

@@ -224,7 +224,7 @@ size_t exec_orphans_kill(struct exec_orphans_group *g, size_t n);
 struct exec_out {
 	uint64_t id;
 	int fd;                     /* -1 until the first byte */
-	uint64_t kept;              /* bytes of output kept */
+	uint64_t kept;              /* bytes of the file: records, headers too */
 	uint64_t cap;
 	bool truncated;
 	int err;                    /* first write error, -errno */
@@ -249,8 +249,9 @@ void exec_out_init(struct exec_out *o, uint64_t id, uint64_t cap);
  * after a crash), so a silent task shows no output but its own; and when
  * the journal prunes the task. */
 void exec_out_forget(uint64_t id);
-/* Appends n bytes of `stream` (records of at most EXEC_REC_MAX), up to the
- * cap; past it marks the output truncated and drops the bytes. */
+/* Appends n bytes of `stream` (records of at most EXEC_REC_MAX) while the
+ * file, headers included, stays within the cap; past it marks the output
+ * truncated and drops the bytes. */
 void exec_out_append(struct exec_out *o, int stream, const uint8_t *buf,
                      size_t n);
 void exec_out_done(struct exec_out *o);

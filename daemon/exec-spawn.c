@@ -32,7 +32,8 @@
  * no user's task shares rokd's or another user's keys), chdir (with the
  * submitter's rights),
  * PR_SET_PDEATHSIG (after the credential change, which clears it), check
- * that the parent is still rokd, execve for each PATH candidate.  A step
+ * that the parent is still rokd, execve for each PATH candidate (with
+ * /bin/sh for one the kernel cannot run, as execvp).  A step
  * that fails stores its errno and its name in memory the parent sees and
  * exits 127; the parent reaps that child and returns the error, so a typo
  * in a command is a failed task with a reason, not a daemon error.
@@ -422,11 +423,17 @@ EXEC_CHILD static int exec_child_main(void *arg)
 			syscall(SYS_close, rc);
 	}
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(none));
-	/* execvp's rules: the first candidate that is not missing wins;
-	 * EACCES is reported if nothing ran and some candidate had it. */
+	/* execvp's rules: the first candidate that is not missing wins, a
+	 * file the kernel cannot run (ENOEXEC: no #! line) runs with
+	 * /bin/sh; EACCES is reported if nothing ran and some candidate had
+	 * it. */
 	int err = ENOENT;
 	for (size_t i = 0; s->paths[i] != NULL; i++) {
 		syscall(SYS_execve, s->paths[i], s->argv, s->envp);
+		if (errno == ENOEXEC) {
+			s->sh_argv[1] = s->paths[i];
+			syscall(SYS_execve, "/bin/sh", s->sh_argv, s->envp);
+		}
 		if (errno == EACCES)
 			err = EACCES;
 		else if (errno != ENOENT && errno != ENOTDIR) {
@@ -662,9 +669,10 @@ static void exec_req_strip(struct exec_req *r)
 	free(r->argv);
 	free(r->env);
 	free(r->paths);
+	free(r->sh_argv);   /* its strings are argv's */
 	free(r->cwd);
 	exec_user_done(&r->user);
-	r->argv = r->env = r->paths = NULL;
+	r->argv = r->env = r->paths = r->sh_argv = NULL;
 	r->cwd = NULL;
 	memset(&r->s, 0, sizeof(r->s));
 }

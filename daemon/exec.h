@@ -98,6 +98,10 @@ struct exec_start {
 	char *const *argv;          /* borrowed */
 	char *const *envp;          /* borrowed */
 	char *const *paths;         /* candidates for argv[0], in PATH order */
+	/* /bin/sh, a slot for the candidate, argv[1...]: what runs a
+	 * candidate the kernel refuses with ENOEXEC, as execvp does (the
+	 * child fills the slot). */
+	char **sh_argv;
 	const char *cwd;            /* NULL: rokd's */
 	int fds[3];                 /* become the child's 0, 1, 2 */
 	int cgroup;                 /* cgroup.procs to join; -1: none */
@@ -127,6 +131,7 @@ bool exec_available(void);
 struct exec_req {
 	struct exec_start s;
 	char **argv, **env, **paths;  /* malloc'd, NULL-terminated */
+	char **sh_argv;             /* malloc'd; its strings argv's */
 	char *cwd;
 	struct exec_user user;
 	uid_t owner;                /* the submitter: SPAWN_PER_UID */

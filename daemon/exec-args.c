@@ -1,10 +1,12 @@
 /*
  * exec-args.c — a task's command line and environment: the spec's check
  * (the kind's check hook, on the reactor thread), copies of its strings,
- * --clean-env, and the paths execve tries for argv[0] (PATH, as execvp).
+ * --clean-env, and the paths execve tries for argv[0] (PATH, as execvp,
+ * within bounds).
  * Pure functions over their arguments, any thread; exec.c calls them.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,41 +136,72 @@ int exec_args_clean_env(char ***envp, size_t *nenv, const struct exec_user *u)
 	return 0;
 }
 
-/* The candidates execve tries for argv[0], NULL-terminated, in one
- * allocation (free() it). */
-char **exec_args_paths(const char *prog, const char *path)
+/*
+ * The candidates execve tries for argv[0], as execvp finds them, with
+ * bounds on what a client's PATH and argv[0] can cost: a name longer than
+ * NAME_MAX cannot exist in any directory (-ENAMETOOLONG, as execvp), a
+ * candidate longer than PATH_MAX could not be opened and is skipped (as
+ * execvp skips it), and only the first EXEC_PATH_DIRS entries of PATH are
+ * tried.  So the allocation is at most the length of PATH plus
+ * EXEC_PATH_DIRS * (NAME_MAX + 2) bytes, never PATH's length times
+ * argv[0]'s.
+ */
+int exec_args_paths(const char *prog, const char *path, char ***out)
 {
+	*out = NULL;
 	if (strchr(prog, '/') != NULL)
 		path = NULL;
-	size_t n = 1, bytes = strlen(prog) + 1;
+	size_t plen = strlen(prog), n = 1, bytes = plen + 1;
 	if (path != NULL) {
-		n = 1;
-		for (const char *p = path; *p != '\0'; p++)
-			n += *p == ':';
-		bytes = strlen(path) + n * (strlen(prog) + 3);
+		if (plen > NAME_MAX)
+			return -ENAMETOOLONG;
+		/* Two passes over the same entries: count, then copy. */
+		n = 0;
+		bytes = 0;
+		const char *p = path;
+		for (size_t k = 0; k < EXEC_PATH_DIRS; k++) {
+			const char *e = strchrnul(p, ':');
+			size_t dl = (size_t)(e - p);
+			if (dl + 1 + plen < PATH_MAX) {
+				n++;
+				bytes += dl + 1 + plen + 1;
+			}
+			if (*e == '\0')
+				break;
+			p = e + 1;
+		}
 	}
 	char **v = malloc((n + 1) * sizeof(*v) + bytes);
 	if (v == NULL)
-		return NULL;
+		return -ENOMEM;
 	char *s = (char *)(v + n + 1);
 	if (path == NULL) {
-		v[0] = strcpy(s, prog);
+		v[0] = memcpy(s, prog, plen + 1);
 		v[1] = NULL;
-		return v;
+		*out = v;
+		return 0;
 	}
 	size_t k = 0;
-	for (const char *p = path;; ) {
+	const char *p = path;
+	for (size_t i = 0; i < EXEC_PATH_DIRS; i++) {
 		const char *e = strchrnul(p, ':');
 		size_t dl = (size_t)(e - p);
-		v[k++] = s;
-		if (dl == 0)   /* an empty element is the current directory */
-			s += sprintf(s, "%s", prog) + 1;
-		else
-			s += sprintf(s, "%.*s/%s", (int)dl, p, prog) + 1;
+		if (dl + 1 + plen < PATH_MAX) {
+			v[k++] = s;
+			/* An empty element is the current directory. */
+			if (dl > 0) {
+				memcpy(s, p, dl);
+				s += dl;
+				*s++ = '/';
+			}
+			memcpy(s, prog, plen + 1);
+			s += plen + 1;
+		}
 		if (*e == '\0')
 			break;
 		p = e + 1;
 	}
 	v[k] = NULL;
-	return v;
+	*out = v;
+	return 0;
 }

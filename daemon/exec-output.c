@@ -25,9 +25,11 @@
  * cost two creations per task.  A reader may find a record cut short at the
  * end while the task writes; it reads only whole records (cmd-logs.c).
  *
- * The cap (config.max_task_output) counts data bytes.  Past it the task's
- * pipes are still drained (the child never blocks on a full pipe) but the
- * bytes are dropped and the task records output_truncated.
+ * The cap (config.max_task_output) bounds the file: data bytes and the
+ * records' headers (a child that writes a byte at a time makes a record
+ * per byte).  Past it the task's pipes are still drained (the child never
+ * blocks on a full pipe) but the bytes are dropped and the task records
+ * output_truncated.
  *
  * Only the exec task that owns an exec_out touches it (one worker at a
  * time); writes go to the page cache, never fsync'd.
@@ -166,34 +168,38 @@ static int exec_out_writev(int fd, struct iovec *iov, int n)
 void exec_out_append(struct exec_out *o, int stream, const uint8_t *buf,
                      size_t n)
 {
-	if (n == 0)
-		return;
-	uint64_t room = o->cap - o->kept;
-	if (n > room) {
-		o->truncated = true;
-		n = (size_t)room;
-	}
+	bool wrote = false;
+
 	if (n == 0 || o->err != 0)
 		return;
-	if (o->fd < 0) {
-		char path[4096];
-		exec_output_path(o->id, path, sizeof(path));
-		/* A fresh file, never one planted under the name: the
-		 * run's start removed any earlier one (exec_out_forget),
-		 * so an existing file or link here was not made by rokd
-		 * and is neither followed nor written. */
-		o->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
-		             O_CLOEXEC, 0600);
-		if (o->fd < 0) {
-			o->err = -errno;
-			log_errno(-o->err, "task %llu: cannot keep its output: "
-			          "%s", (unsigned long long)o->id, path);
-			o->truncated = true;
-			return;
-		}
-	}
 	while (n > 0) {
+		/* The cap bounds the file, headers too: a record per read
+		 * of one byte would otherwise be 6 bytes on disk per byte. */
+		uint64_t room = o->cap - o->kept;
+		if (room <= EXEC_REC_HDR)
+			break;
 		size_t k = n > EXEC_REC_MAX ? EXEC_REC_MAX : n;
+		if (k > room - EXEC_REC_HDR)
+			k = (size_t)(room - EXEC_REC_HDR);
+		if (o->fd < 0) {
+			char path[4096];
+			exec_output_path(o->id, path, sizeof(path));
+			/* A fresh file, never one planted under the name: the
+			 * run's start removed any earlier one
+			 * (exec_out_forget), so an existing file or link here
+			 * was not made by rokd and is neither followed nor
+			 * written. */
+			o->fd = open(path, O_WRONLY | O_CREAT | O_EXCL |
+			             O_NOFOLLOW | O_CLOEXEC, 0600);
+			if (o->fd < 0) {
+				o->err = -errno;
+				log_errno(-o->err, "task %llu: cannot keep its "
+				          "output: %s", (unsigned long long)o->id,
+				          path);
+				o->truncated = true;
+				return;
+			}
+		}
 		uint8_t hdr[EXEC_REC_HDR] = {
 			(uint8_t)stream, (uint8_t)(k >> 24), (uint8_t)(k >> 16),
 			(uint8_t)(k >> 8), (uint8_t)k,
@@ -208,15 +214,18 @@ void exec_out_append(struct exec_out *o, int stream, const uint8_t *buf,
 			o->truncated = true;
 			log_errno(-err, "task %llu: writing its output",
 			          (unsigned long long)o->id);
-			return;
+			break;
 		}
-		o->kept += k;
+		o->kept += EXEC_REC_HDR + k;
 		metrics_output(k);
+		wrote = true;
 		buf += k;
 		n -= k;
 	}
+	if (n > 0)
+		o->truncated = true;
 	/* Followers of its output (cmd-logs.c) read what was just written. */
-	if (events_wanted(EVENTS_OUTPUT))
+	if (wrote && events_wanted(EVENTS_OUTPUT))
 		events_publish(&(struct events_ev){ .kind = EVENTS_OUTPUT,
 		                                    .id = o->id });
 }

@@ -28,9 +28,12 @@
  * close_range is a backstop), the resource limits
  * rokd was started with (exec_limits_save: rokd raises RLIMIT_NOFILE for
  * itself, its tasks get what they would have had), drop to the submitter
- * (setgroups, setresgid, setresuid), chdir (with the submitter's rights),
+ * (setgroups, setresgid, setresuid, then a new session keyring, so that
+ * no user's task shares rokd's or another user's keys), chdir (with the
+ * submitter's rights),
  * PR_SET_PDEATHSIG (after the credential change, which clears it), check
- * that the parent is still rokd, execve for each PATH candidate.  A step
+ * that the parent is still rokd, execve for each PATH candidate (with
+ * /bin/sh for one the kernel cannot run, as execvp).  A step
  * that fails stores its errno and its name in memory the parent sees and
  * exits 127; the parent reaps that child and returns the error, so a typo
  * in a command is a failed task with a reason, not a daemon error.
@@ -85,6 +88,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <linux/keyctl.h>
 
 #include "exec.h"
 #include "rokd.h"
@@ -151,6 +156,11 @@ static struct {
 	struct exec_rlim lim[RLIM_NLIMITS];
 	int restore[RLIM_NLIMITS];
 	int nrestore;
+	/* rokd's CPU affinity at start, for the spawners: they are started
+	 * from workers, which ROK_THREAD_PER_CORE pins to one CPU each, and
+	 * their children would inherit that one CPU. */
+	bool cpus_saved;
+	cpu_set_t cpus;
 	char *stall;                    /* ROKD_TEST_EXEC_STALL */
 	int64_t tick_ns;                /* one clock tick; 0: not known */
 } spawn = {
@@ -177,6 +187,8 @@ void exec_limits_save(void)
 		spawn.lim[r].max = exec_rlim_value(rl.rlim_max);
 	}
 	spawn.lim_saved = true;
+	spawn.cpus_saved = sched_getaffinity(0, sizeof(spawn.cpus),
+	                                     &spawn.cpus) == 0;
 }
 
 /* Lock held: one more spawner thread; 0 or -errno. */
@@ -184,22 +196,37 @@ static int exec_spawn_add_locked(void)
 {
 	unsigned i = spawn.threads;
 	sigset_t all, old;
+	pthread_attr_t attr;
 	pthread_t t;
+	int err;
 
 	if (i >= SPAWN_THREADS)
 		return -EAGAIN;
+	if ((err = pthread_attr_init(&attr)) != 0)
+		return -err;
+	/* rokd's CPUs, not those of the worker that starts it. */
+	if (spawn.cpus_saved &&
+	    (err = pthread_attr_setaffinity_np(&attr, sizeof(spawn.cpus),
+	                                       &spawn.cpus)) != 0) {
+		pthread_attr_destroy(&attr);
+		return -err;
+	}
 	void *stack = mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE,
 	                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-	if (stack == MAP_FAILED)
-		return -errno;
+	if (stack == MAP_FAILED) {
+		err = -errno;
+		pthread_attr_destroy(&attr);
+		return err;
+	}
 	spawn.stack[i] = stack;
 	/* A spawner runs with every signal blocked and lives until the
 	 * process exits. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int err = pthread_create(&t, NULL, exec_spawner_main,
-	                         (void *)(uintptr_t)i);
+	err = pthread_create(&t, &attr, exec_spawner_main,
+	                     (void *)(uintptr_t)i);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
 	if (err != 0) {
 		munmap(stack, SPAWN_STACK);
 		spawn.stack[i] = NULL;
@@ -374,6 +401,14 @@ EXEC_CHILD static int exec_child_main(void *arg)
 			exec_child_fail(fail, "setresgid", 0);
 		if (syscall(SYS_setresuid, s->uid, s->uid, s->uid) != 0)
 			exec_child_fail(fail, "setresuid", 0);
+		/* rokd's session keyring (KeyringMode=private under
+		 * systemd) would be every user's: a new anonymous one, owned
+		 * by the user.  A kernel without keyrings has nothing to
+		 * share. */
+		if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 &&
+		    errno != ENOSYS)
+			exec_child_fail(fail, "joining a session keyring of "
+			                "its own", 0);
 	}
 	if (s->cwd != NULL && syscall(SYS_chdir, s->cwd) != 0)
 		exec_child_fail(fail, "chdir", 0);
@@ -388,11 +423,17 @@ EXEC_CHILD static int exec_child_main(void *arg)
 			syscall(SYS_close, rc);
 	}
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(none));
-	/* execvp's rules: the first candidate that is not missing wins;
-	 * EACCES is reported if nothing ran and some candidate had it. */
+	/* execvp's rules: the first candidate that is not missing wins, a
+	 * file the kernel cannot run (ENOEXEC: no #! line) runs with
+	 * /bin/sh; EACCES is reported if nothing ran and some candidate had
+	 * it. */
 	int err = ENOENT;
 	for (size_t i = 0; s->paths[i] != NULL; i++) {
 		syscall(SYS_execve, s->paths[i], s->argv, s->envp);
+		if (errno == ENOEXEC) {
+			s->sh_argv[1] = s->paths[i];
+			syscall(SYS_execve, "/bin/sh", s->sh_argv, s->envp);
+		}
 		if (errno == EACCES)
 			err = EACCES;
 		else if (errno != ENOENT && errno != ENOTDIR) {
@@ -628,9 +669,10 @@ static void exec_req_strip(struct exec_req *r)
 	free(r->argv);
 	free(r->env);
 	free(r->paths);
+	free(r->sh_argv);   /* its strings are argv's */
 	free(r->cwd);
 	exec_user_done(&r->user);
-	r->argv = r->env = r->paths = NULL;
+	r->argv = r->env = r->paths = r->sh_argv = NULL;
 	r->cwd = NULL;
 	memset(&r->s, 0, sizeof(r->s));
 }

@@ -20,6 +20,8 @@
 #include "rokd.h"
 #define USER_CACHE 16
 #define USER_TTL_NS 10000000000ll
+/* The largest buffer a passwd entry is read into. */
+#define EXEC_USER_BUF_MAX (1024 * 1024)
 
 static struct {
 	pthread_mutex_t lock;
@@ -59,24 +61,51 @@ static int exec_user_copy(struct exec_user *to, const struct exec_user *from)
 	return 0;
 }
 
+/* Its passwd entry: 0, -ENOENT, or -errno; *buf (free it) holds the
+ * strings pw points to. */
+static int exec_user_passwd(uid_t uid, struct passwd *pw, char **buf)
+{
+	struct passwd *res = NULL;
+	size_t len = 4096;
+	int err;
+
+	*buf = NULL;
+	for (;;) {
+		char *b = realloc(*buf, len);
+		if (b == NULL)
+			return -ENOMEM;
+		*buf = b;
+		err = getpwuid_r(uid, pw, b, len, &res);
+		/* ERANGE: an entry longer than the buffer (a long GECOS,
+		 * say); doubled up to EXEC_USER_BUF_MAX. */
+		if (err != ERANGE || len >= EXEC_USER_BUF_MAX)
+			break;
+		len *= 2;
+	}
+	if (err != 0)
+		return -err;
+	return res == NULL ? -ENOENT : 0;
+}
+
 static int exec_user_lookup(uid_t uid, struct exec_user *u)
 {
-	struct passwd pw, *res = NULL;
-	char buf[4096];
+	struct passwd pw;
+	char *buf;
 	int n = 32, err;
 
 	memset(u, 0, sizeof(*u));
-	err = getpwuid_r(uid, &pw, buf, sizeof(buf), &res);
-	if (err != 0)
-		return -err;
-	if (res == NULL)
-		return -ENOENT;
+	err = exec_user_passwd(uid, &pw, &buf);
+	if (err < 0) {
+		free(buf);
+		return err;
+	}
 	u->uid = uid;
 	u->gid = pw.pw_gid;
 	for (;;) {
 		gid_t *g = realloc(u->groups, (size_t)n * sizeof(gid_t));
 		if (g == NULL) {
 			exec_user_done(u);
+			free(buf);
 			return -ENOMEM;
 		}
 		u->groups = g;
@@ -87,6 +116,7 @@ static int exec_user_lookup(uid_t uid, struct exec_user *u)
 		}
 		if (want <= n || want > 65536) {
 			exec_user_done(u);
+			free(buf);
 			return -E2BIG;
 		}
 		n = want;
@@ -95,6 +125,7 @@ static int exec_user_lookup(uid_t uid, struct exec_user *u)
 	u->home = strdup(pw.pw_dir != NULL ? pw.pw_dir : "/");
 	u->shell = strdup(pw.pw_shell != NULL && pw.pw_shell[0] != '\0'
 	                  ? pw.pw_shell : "/bin/sh");
+	free(buf);
 	if (u->name == NULL || u->home == NULL || u->shell == NULL) {
 		exec_user_done(u);
 		return -ENOMEM;

@@ -239,11 +239,25 @@ static int exec_start(struct exec_job *j)
 		goto fail;
 	}
 	const char *path = exec_args_getenv(j->env, "PATH");
-	if ((r->paths = exec_args_paths(j->argv[0], path != NULL ? path
-	                                : EXEC_DEFAULT_PATH)) == NULL) {
+	err = exec_args_paths(j->argv[0], path != NULL ? path
+	                      : EXEC_DEFAULT_PATH, &r->paths);
+	if (err < 0) {
+		/* argv[0] may be long: its start, and the error. */
+		exec_fail(j, "exec %.64s%s: %s", j->argv[0],
+		          strlen(j->argv[0]) > 64 ? "..." : "",
+		          strerror(-err));
+		goto fail;
+	}
+	size_t argc = 0;
+	while (j->argv[argc] != NULL)
+		argc++;
+	if ((r->sh_argv = calloc(argc + 2, sizeof(*r->sh_argv))) == NULL) {
 		exec_fail(j, "out of memory");
 		goto fail;
 	}
+	r->sh_argv[0] = (char *)"/bin/sh";
+	for (size_t i = 1; i < argc; i++)
+		r->sh_argv[i + 1] = j->argv[i];
 	r->want_stdin = j->in_len > 0;
 	if ((err = rok_oneshot_new(&r->done)) < 0) {
 		exec_fail(j, "out of memory");
@@ -259,6 +273,7 @@ static int exec_start(struct exec_job *j)
 		.argv = r->argv,
 		.envp = r->env,
 		.paths = r->paths,
+		.sh_argv = r->sh_argv,
 		.cwd = r->cwd,
 		.fds = { -1, -1, -1 },   /* the spawner's pipes */
 		.cgroup = -1,            /* the spawner's cgroup */

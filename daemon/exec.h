@@ -42,10 +42,14 @@ const char *exec_args_getenv(char *const *env, const char *name);
  * move) and *nenv: 0 or -ENOMEM (then unchanged).
  */
 int exec_args_clean_env(char ***envp, size_t *nenv, const struct exec_user *u);
-/* The candidates execve tries for prog along `path` (none when prog has
- * a slash), NULL-terminated, in one allocation (free() it); NULL on
- * ENOMEM. */
-char **exec_args_paths(const char *prog, const char *path);
+/* The PATH entries tried for a program name, at most (a longer PATH's
+ * rest is ignored: each entry costs a copy of the name). */
+#define EXEC_PATH_DIRS 1024
+/* Sets *out to the candidates execve tries for prog along `path` (just
+ * prog when it has a slash), NULL-terminated, in one allocation (free()
+ * it): 0, -ENAMETOOLONG (prog, to be looked up in PATH, is longer than
+ * NAME_MAX) or -ENOMEM. */
+int exec_args_paths(const char *prog, const char *path, char ***out);
 
 /* ---- exec-user.c ------------------------------------------------------ */
 
@@ -94,6 +98,10 @@ struct exec_start {
 	char *const *argv;          /* borrowed */
 	char *const *envp;          /* borrowed */
 	char *const *paths;         /* candidates for argv[0], in PATH order */
+	/* /bin/sh, a slot for the candidate, argv[1...]: what runs a
+	 * candidate the kernel refuses with ENOEXEC, as execvp does (the
+	 * child fills the slot). */
+	char **sh_argv;
 	const char *cwd;            /* NULL: rokd's */
 	int fds[3];                 /* become the child's 0, 1, 2 */
 	int cgroup;                 /* cgroup.procs to join; -1: none */
@@ -123,6 +131,7 @@ bool exec_available(void);
 struct exec_req {
 	struct exec_start s;
 	char **argv, **env, **paths;  /* malloc'd, NULL-terminated */
+	char **sh_argv;             /* malloc'd; its strings argv's */
 	char *cwd;
 	struct exec_user user;
 	uid_t owner;                /* the submitter: SPAWN_PER_UID */
@@ -220,7 +229,7 @@ size_t exec_orphans_kill(struct exec_orphans_group *g, size_t n);
 struct exec_out {
 	uint64_t id;
 	int fd;                     /* -1 until the first byte */
-	uint64_t kept;              /* bytes of output kept */
+	uint64_t kept;              /* bytes of the file: records, headers too */
 	uint64_t cap;
 	bool truncated;
 	int err;                    /* first write error, -errno */
@@ -245,8 +254,9 @@ void exec_out_init(struct exec_out *o, uint64_t id, uint64_t cap);
  * after a crash), so a silent task shows no output but its own; and when
  * the journal prunes the task. */
 void exec_out_forget(uint64_t id);
-/* Appends n bytes of `stream` (records of at most EXEC_REC_MAX), up to the
- * cap; past it marks the output truncated and drops the bytes. */
+/* Appends n bytes of `stream` (records of at most EXEC_REC_MAX) while the
+ * file, headers included, stays within the cap; past it marks the output
+ * truncated and drops the bytes. */
 void exec_out_append(struct exec_out *o, int stream, const uint8_t *buf,
                      size_t n);
 void exec_out_done(struct exec_out *o);

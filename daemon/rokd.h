@@ -606,9 +606,10 @@ void slurm_note_job(uint64_t id, uint32_t jobid);
 /* Main thread, before the runtime starts: output directory, /dev/null,
  * signal dispositions to undo in children.  0 or -errno. */
 int exec_init(void);
-/* exec-spawn.c: main thread, first thing (before rokd raises any limit):
- * remembers rokd's resource limits, which exec_init then restores in
- * every child. */
+/* exec-spawn.c: main thread, first thing (before rokd raises any limit,
+ * and before any worker pins itself to a CPU): remembers rokd's resource
+ * limits, which exec_init then restores in every child, and its CPU
+ * affinity, which every spawner thread (and so every child) gets. */
 void exec_limits_save(void);
 
 /* exec-output.c: where task id's output is: "<state_dir>/output/<id>.log"

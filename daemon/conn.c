@@ -21,7 +21,9 @@
  * a reference for each; their replies come back through reply_post, which
  * packs the reply on the worker and hands it over with reactor_call (a queue
  * plus a wake-up, see sched/reactor.h), where it is written if the
- * connection is still open, and the reference is dropped.  A connection is
+ * connection is still open, and the reference is dropped.  Waits on
+ * tasks (waiter.c) are cancelled when their connection closes, so a client
+ * that left holds nothing until its tasks end.  A connection is
  * freed when its last reference goes, always on a later loop turn than the
  * callback that closed it (tmux's rule), never inside its own callback.
  *
@@ -75,6 +77,10 @@ struct conn {
 	bool dead;                /* closed: no more reading or writing */
 	bool draining;            /* shutdown: close once flushed and answered */
 	struct conn_stream *streams; /* its streams in progress */
+	rok_task **waiters;       /* owned refs: its waits' runtime tasks,
+	                             cancelled at its close (finished ones
+	                             are swept out when the array is full) */
+	size_t nwaiters, capwaiters;
 	struct conn *prev, *next; /* on conns.head, later conns.freeing */
 };
 
@@ -271,6 +277,58 @@ static void conn_streams_end(struct conn *c)
 	}
 }
 
+/*
+ * Nobody is left to read the replies of its waits: they are cancelled
+ * rather than held (with their ids and handles) until their tasks end.
+ * Each answers as it leaves; the reply is dropped at delivery, which
+ * gives back the wait's reference.
+ */
+static void conn_waiters_cancel(struct conn *c)
+{
+	for (size_t i = 0; i < c->nwaiters; i++) {
+		rok_task_cancel(c->waiters[i]);
+		rok_task_unref(c->waiters[i]);
+	}
+	free(c->waiters);
+	c->waiters = NULL;
+	c->nwaiters = c->capwaiters = 0;
+}
+
+bool conn_add_waiter(struct conn *c, rok_task *t)
+{
+	if (c->dead) {
+		rok_task_cancel(t);
+		rok_task_unref(t);
+		return true;
+	}
+	if (c->nwaiters == c->capwaiters) {
+		size_t m = 0;
+		for (size_t i = 0; i < c->nwaiters; i++) {
+			if (rok_task_is_finished(c->waiters[i]))
+				rok_task_unref(c->waiters[i]);
+			else
+				c->waiters[m++] = c->waiters[i];
+		}
+		c->nwaiters = m;
+		/* Grown only when still over half full after a sweep, so
+		 * sweeps cost O(1) per wait and the array stays within
+		 * twice the waits left unfinished (max_in_flight bounds the
+		 * unanswered ones). */
+		if (c->capwaiters == 0 || m > c->capwaiters / 2) {
+			size_t cap = c->capwaiters != 0 ? c->capwaiters * 2 : 8;
+			rok_task **w = realloc(c->waiters, cap * sizeof(*w));
+			if (w != NULL) {
+				c->waiters = w;
+				c->capwaiters = cap;
+			}
+		}
+		if (c->nwaiters == c->capwaiters)
+			return false;
+	}
+	c->waiters[c->nwaiters++] = t;
+	return true;
+}
+
 static void conn_close(struct conn *c, const char *why)
 {
 	if (c->dead)
@@ -289,6 +347,7 @@ static void conn_close(struct conn *c, const char *why)
 	else
 		quota_give(c->uid, QUOTA_CONNECTIONS);
 	conn_streams_end(c);        /* its streams end, on a later turn */
+	conn_waiters_cancel(c);
 	conn_unref(c);              /* the connection's own reference */
 }
 

@@ -1841,6 +1841,42 @@ START_TEST(when_checks)
 	ck_assert_ptr_nonnull(jr->error);
 	ck_assert_int_eq(jr->error->code, ROK__V1__ERROR_CODE__TIMED_OUT);
 	rok__v1__response__free_unpacked(jr, NULL);
+	/* Repeats of a dependency wait for it as one does. */
+	uint64_t three[3] = { mine, mine, mine };
+	spec.after = three;
+	spec.n_after = 3;
+	spec.after_any = three;
+	spec.n_after_any = 1;
+	uint64_t dups = rc_spawn_try(fd, 65, &spec, &code, NULL, 0);
+	ck_assert_int_eq(code, 0);
+	ck_assert_int_eq(rc_state(fd, dups), ROK__V1__TASK_STATE__TASK_QUEUED);
+	spec.n_after_any = 0;
+	/* max_ids bounds a select's dependencies in all (each may cost a
+	 * journal read), not each spec's: 2 x 3 > 4. */
+	{
+		Request req = ROK__V1__REQUEST__INIT;
+		Rok__V1__SelectRequest sel = ROK__V1__SELECT_REQUEST__INIT;
+		Rok__V1__TaskSpec *specs[2] = { &spec, &spec };
+		sel.specs = specs;
+		sel.n_specs = 2;
+		req.id = 66;
+		req.body_case = ROK__V1__REQUEST__BODY_SELECT;
+		req.select = &sel;
+		rc_send(fd, &req);
+		rc_expect_invalid(fd, "dependencies in one select");
+		sel.n_specs = 1;   /* 3 alone: within */
+		sel.timeout_ms = 100;
+		req.id = 67;
+		rc_send(fd, &req);
+		Response *sr = rc_recv(fd);
+		ck_assert_ptr_nonnull(sr);
+		ck_assert_msg(sr->error != NULL &&
+		              sr->error->code == ROK__V1__ERROR_CODE__TIMED_OUT,
+		              "select of one spec after a running task");
+		rok__v1__response__free_unpacked(sr, NULL);
+	}
+	spec.after = &mine;
+	spec.n_after = 1;
 
 	if (geteuid() == 0) {
 		pid_t pid = fork();
@@ -1864,6 +1900,12 @@ START_TEST(when_checks)
 	/* Cancelling the dependency cancels the task after it. */
 	rc_cancel_ok(fd, mine);
 	jr = rc_join(fd, &after, 1, 0);
+	ck_assert_ptr_nonnull(jr);
+	ck_assert_ptr_null(jr->error);
+	ck_assert_int_eq(jr->join->tasks[0]->state,
+	                 ROK__V1__TASK_STATE__TASK_CANCELLED);
+	rok__v1__response__free_unpacked(jr, NULL);
+	jr = rc_join(fd, &dups, 1, 0);
 	ck_assert_ptr_nonnull(jr);
 	ck_assert_ptr_null(jr->error);
 	ck_assert_int_eq(jr->join->tasks[0]->state,

@@ -4,7 +4,9 @@
  * A connection is a libevent bufferevent over the accepted socket.  Bytes
  * that arrive are cut into frames (proto/wire.h); a frame longer than
  * config.max_frame, or one that does not decode, closes the connection
- * without a reply (the stream cannot be trusted any more).  Each decoded
+ * without a reply (the stream cannot be trusted any more); one that would
+ * decode into more than conn_decode_limit bytes is answered
+ * RESOURCE_EXHAUSTED instead, and the connection goes on.  Each decoded
  * request goes to dispatch(); the loop owns the message and handlers borrow
  * it: it is decoded into an arena (arena.c) dropped after its dispatch,
  * with no malloc per field.  A small reply is packed on the stack, a
@@ -459,6 +461,34 @@ static struct {
 	bool ready;
 } conn_arena;
 
+/*
+ * Bytes a request may decode into beyond the arena's block.  Decoded, an
+ * empty sub-message of 2 bytes becomes a struct of a few hundred (a
+ * TaskSpec: 240 + its pointer): 524,276 empty specs in a 1 MiB frame made
+ * 167 MB.  16 times the frame, plus room for max_ids specs however small
+ * the frame (select's cap), fits what a request within the limits needs.
+ */
+static size_t conn_decode_limit(void)
+{
+	return (size_t)config.max_frame * 16 + (size_t)config.max_ids * 512;
+}
+
+/* The request id of a frame that could not be decoded, if it comes first
+ * as usual (field 1, a varint), for its error reply; else 0. */
+static uint64_t conn_frame_id(const uint8_t *p, size_t n)
+{
+	uint64_t id = 0;
+
+	if (n < 2 || p[0] != 0x08)
+		return 0;
+	for (size_t i = 1; i < n && i <= 10; i++) {
+		id |= (uint64_t)(p[i] & 0x7f) << (7 * (i - 1));
+		if ((p[i] & 0x80) == 0)
+			return id;
+	}
+	return 0;
+}
+
 static void conn_read_cb(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
@@ -469,6 +499,7 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 		           sizeof(conn_arena.buf), true);
 		conn_arena.ready = true;
 	}
+	arena_set_limit(&conn_arena.a, conn_decode_limit());
 	struct arena_mark mark = arena_mark(&conn_arena.a);
 	conn_ref(c);   /* a handler may close it */
 	while (!c->dead && !c->draining) {
@@ -492,6 +523,22 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 		}
 		Request *req = rok__v1__request__unpack(&conn_arena.a.pb, n,
 		                                        buf + WIRE_HEADER);
+		if (req == NULL && conn_arena.a.over) {
+			/* Well framed, so the stream is still in step: the
+			 * client is told and may go on. */
+			uint64_t id = conn_frame_id(buf + WIRE_HEADER, n);
+			evbuffer_drain(in, WIRE_HEADER + n);
+			arena_release(&conn_arena.a, mark);
+			if (c->refused)
+				conn_refuse(c, id);
+			else
+				conn_send_error(c, id,
+				        ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED,
+				        "request too large once decoded (more "
+				        "than %zu bytes): send fewer items",
+				        conn_decode_limit());
+			continue;
+		}
 		evbuffer_drain(in, WIRE_HEADER + n);
 		if (req == NULL) {
 			arena_release(&conn_arena.a, mark);

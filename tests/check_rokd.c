@@ -848,6 +848,38 @@ START_TEST(bad_frames)
 	rc_write(fd, garbage, 6);
 	close(fd);
 
+	/* A select of 500,000 empty specs (2 bytes each, within max_frame)
+	 * would decode into ~124 MB: RESOURCE_EXHAUSTED, not decoded (it
+	 * was, then refused for max_ids), and the connection goes on. */
+	{
+		enum { NSPECS = 500000 };
+		size_t body = 2 * (size_t)NSPECS;
+		size_t len = 2 + 1 + 3 + body;
+		uint8_t *f = malloc(WIRE_HEADER + len);
+		ck_assert_ptr_nonnull(f);
+		uint8_t *q = f + WIRE_HEADER;
+		wire_put_header(f, (uint32_t)len);
+		*q++ = 0x08;                    /* id = 42 */
+		*q++ = 42;
+		*q++ = (6 << 3) | 2;            /* select, length-delimited */
+		*q++ = (uint8_t)(0x80 | (body & 0x7f));
+		*q++ = (uint8_t)(0x80 | ((body >> 7) & 0x7f));
+		*q++ = (uint8_t)(body >> 14);
+		for (size_t i = 0; i < NSPECS; i++) {
+			*q++ = (1 << 3) | 2;    /* specs: empty */
+			*q++ = 0;
+		}
+		rc_write(good, f, WIRE_HEADER + len);
+		free(f);
+		Response *r = rc_recv(good);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_uint_eq(r->id, 42);
+		ck_assert_ptr_nonnull(r->error);
+		ck_assert_int_eq(r->error->code,
+		                 ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED);
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+
 	rc_ping_ok(good);
 	close(good);
 	rokd_stop();

@@ -11,7 +11,8 @@
  * stands, arena_release goes back there.  The marks nest (a task's start
  * may start another), so a release frees only what came after its mark.
  * A piece that does not fit in what is left of the block is malloc'd on
- * its own and chained, freed at the release that passes it.  protobuf-c's
+ * its own and chained, freed at the release that passes it; their total
+ * may be capped (arena_set_limit: conn.c caps a request's).  protobuf-c's
  * frees are ignored: nothing is given back before the release.
  *
  * Under AddressSanitizer the free part of a static block is poisoned
@@ -63,13 +64,21 @@ static void *arena_alloc(void *data, size_t size)
 			arena_unpoison(p, size);
 		return p;
 	}
-	if (size > SIZE_MAX - sizeof(struct arena_big))
+	/* Counted with malloc's own header (about 16 bytes a block). */
+	const size_t over = sizeof(struct arena_big) + 16;
+	if (size > SIZE_MAX - over)
 		return NULL;
+	if (a->big_limit != 0 && (size + over > a->big_limit ||
+	                          a->big_bytes > a->big_limit - size - over)) {
+		a->over = true;
+		return NULL;
+	}
 	struct arena_big *b = malloc(sizeof(*b) + size);
 	if (b == NULL)
 		return NULL;
 	b->next = a->big;
 	a->big = b;
+	a->big_bytes += size + over;
 	return b->data;
 }
 
@@ -85,6 +94,9 @@ void arena_init(struct arena *a, void *buf, size_t cap, bool poison)
 	a->cap = cap;
 	a->used = 0;
 	a->big = NULL;
+	a->big_bytes = 0;
+	a->big_limit = 0;
+	a->over = false;
 	a->pb.alloc = arena_alloc;
 	a->pb.free = arena_free;
 	a->pb.allocator_data = a;
@@ -93,9 +105,14 @@ void arena_init(struct arena *a, void *buf, size_t cap, bool poison)
 		arena_poison(buf, cap);
 }
 
+void arena_set_limit(struct arena *a, size_t limit)
+{
+	a->big_limit = limit;
+}
+
 struct arena_mark arena_mark(const struct arena *a)
 {
-	return (struct arena_mark){ a->used, a->big };
+	return (struct arena_mark){ a->used, a->big, a->big_bytes };
 }
 
 void arena_release(struct arena *a, struct arena_mark m)
@@ -108,4 +125,6 @@ void arena_release(struct arena *a, struct arena_mark m)
 	if (a->poison)
 		arena_poison(a->buf + m.used, a->used - m.used);
 	a->used = m.used;
+	a->big_bytes = m.big_bytes;
+	a->over = false;
 }

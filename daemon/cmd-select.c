@@ -100,6 +100,25 @@ void cmd_select(struct conn *c, const Request *req)
 	}
 	if (!idlist_check(c, req->id, n, "task specs"))
 		return;
+	/* Each dependency may cost a journal read on this thread, at the
+	 * check and again at the commit: max_ids bounds the whole request,
+	 * as it does one spawn's, not each spec. */
+	size_t ndeps = 0, max = config.max_ids;
+	for (size_t i = 0; i < n; i++) {
+		const TaskSpec *spec = s->specs[i];
+		if (spec == NULL)
+			continue;
+		if (spec->n_after > max - ndeps ||
+		    spec->n_after_any > max - ndeps - spec->n_after) {
+			conn_send_error(c, req->id,
+			                ROK__V1__ERROR_CODE__INVALID_ARGUMENT,
+			                "too many dependencies in one select (the "
+			                "specs' after and after_any together; the "
+			                "limit is max_ids = %zu)", max);
+			return;
+		}
+		ndeps += spec->n_after + spec->n_after_any;
+	}
 	for (size_t i = 0; i < n; i++) {
 		const TaskSpec *spec = s->specs[i];
 		const struct kind *k = spec != NULL

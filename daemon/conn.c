@@ -4,7 +4,9 @@
  * A connection is a libevent bufferevent over the accepted socket.  Bytes
  * that arrive are cut into frames (proto/wire.h); a frame longer than
  * config.max_frame, or one that does not decode, closes the connection
- * without a reply (the stream cannot be trusted any more).  Each decoded
+ * without a reply (the stream cannot be trusted any more); one that would
+ * decode into more than conn_decode_limit bytes is answered
+ * RESOURCE_EXHAUSTED instead, and the connection goes on.  Each decoded
  * request goes to dispatch(); the loop owns the message and handlers borrow
  * it: it is decoded into an arena (arena.c) dropped after its dispatch,
  * with no malloc per field.  A small reply is packed on the stack, a
@@ -27,7 +29,9 @@
  * a reference for each; their replies come back through reply_post, which
  * packs the reply on the worker and hands it over with reactor_call (a queue
  * plus a wake-up, see sched/reactor.h), where it is written if the
- * connection is still open, and the reference is dropped.  A connection is
+ * connection is still open, and the reference is dropped.  Waits on
+ * tasks (waiter.c) are cancelled when their connection closes, so a client
+ * that left holds nothing until its tasks end.  A connection is
  * freed when its last reference goes, always on a later loop turn than the
  * callback that closed it (tmux's rule), never inside its own callback.
  *
@@ -83,6 +87,10 @@ struct conn {
 	bool user_over;           /* its uid is past max_output_per_user */
 	struct evbuffer_cb_entry *out_cb; /* counts its output for the uid */
 	struct conn_stream *streams; /* its streams in progress */
+	rok_task **waiters;       /* owned refs: its waits' runtime tasks,
+	                             cancelled at its close (finished ones
+	                             are swept out when the array is full) */
+	size_t nwaiters, capwaiters;
 	struct conn *prev, *next; /* on conns.head, later conns.freeing */
 };
 
@@ -282,6 +290,58 @@ static void conn_streams_end(struct conn *c)
 	}
 }
 
+/*
+ * Nobody is left to read the replies of its waits: they are cancelled
+ * rather than held (with their ids and handles) until their tasks end.
+ * Each answers as it leaves; the reply is dropped at delivery, which
+ * gives back the wait's reference.
+ */
+static void conn_waiters_cancel(struct conn *c)
+{
+	for (size_t i = 0; i < c->nwaiters; i++) {
+		rok_task_cancel(c->waiters[i]);
+		rok_task_unref(c->waiters[i]);
+	}
+	free(c->waiters);
+	c->waiters = NULL;
+	c->nwaiters = c->capwaiters = 0;
+}
+
+bool conn_add_waiter(struct conn *c, rok_task *t)
+{
+	if (c->dead) {
+		rok_task_cancel(t);
+		rok_task_unref(t);
+		return true;
+	}
+	if (c->nwaiters == c->capwaiters) {
+		size_t m = 0;
+		for (size_t i = 0; i < c->nwaiters; i++) {
+			if (rok_task_is_finished(c->waiters[i]))
+				rok_task_unref(c->waiters[i]);
+			else
+				c->waiters[m++] = c->waiters[i];
+		}
+		c->nwaiters = m;
+		/* Grown only when still over half full after a sweep, so
+		 * sweeps cost O(1) per wait and the array stays within
+		 * twice the waits left unfinished (max_in_flight bounds the
+		 * unanswered ones). */
+		if (c->capwaiters == 0 || m > c->capwaiters / 2) {
+			size_t cap = c->capwaiters != 0 ? c->capwaiters * 2 : 8;
+			rok_task **w = realloc(c->waiters, cap * sizeof(*w));
+			if (w != NULL) {
+				c->waiters = w;
+				c->capwaiters = cap;
+			}
+		}
+		if (c->nwaiters == c->capwaiters)
+			return false;
+	}
+	c->waiters[c->nwaiters++] = t;
+	return true;
+}
+
 static void conn_close(struct conn *c, const char *why)
 {
 	if (c->dead)
@@ -308,6 +368,7 @@ static void conn_close(struct conn *c, const char *why)
 	else
 		quota_give(c->uid, QUOTA_CONNECTIONS);
 	conn_streams_end(c);        /* its streams end, on a later turn */
+	conn_waiters_cancel(c);
 	conn_unref(c);              /* the connection's own reference */
 }
 
@@ -439,6 +500,34 @@ static struct {
 	bool ready;
 } conn_arena;
 
+/*
+ * Bytes a request may decode into beyond the arena's block.  Decoded, an
+ * empty sub-message of 2 bytes becomes a struct of a few hundred (a
+ * TaskSpec: 240 + its pointer): 524,276 empty specs in a 1 MiB frame made
+ * 167 MB.  16 times the frame, plus room for max_ids specs however small
+ * the frame (select's cap), fits what a request within the limits needs.
+ */
+static size_t conn_decode_limit(void)
+{
+	return (size_t)config.max_frame * 16 + (size_t)config.max_ids * 512;
+}
+
+/* The request id of a frame that could not be decoded, if it comes first
+ * as usual (field 1, a varint), for its error reply; else 0. */
+static uint64_t conn_frame_id(const uint8_t *p, size_t n)
+{
+	uint64_t id = 0;
+
+	if (n < 2 || p[0] != 0x08)
+		return 0;
+	for (size_t i = 1; i < n && i <= 10; i++) {
+		id |= (uint64_t)(p[i] & 0x7f) << (7 * (i - 1));
+		if ((p[i] & 0x80) == 0)
+			return id;
+	}
+	return 0;
+}
+
 static void conn_read_cb(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
@@ -449,6 +538,7 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 		           sizeof(conn_arena.buf), true);
 		conn_arena.ready = true;
 	}
+	arena_set_limit(&conn_arena.a, conn_decode_limit());
 	struct arena_mark mark = arena_mark(&conn_arena.a);
 	conn_ref(c);   /* a handler may close it */
 	while (!c->dead && !c->draining) {
@@ -472,6 +562,22 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 		}
 		Request *req = rok__v1__request__unpack(&conn_arena.a.pb, n,
 		                                        buf + WIRE_HEADER);
+		if (req == NULL && conn_arena.a.over) {
+			/* Well framed, so the stream is still in step: the
+			 * client is told and may go on. */
+			uint64_t id = conn_frame_id(buf + WIRE_HEADER, n);
+			evbuffer_drain(in, WIRE_HEADER + n);
+			arena_release(&conn_arena.a, mark);
+			if (c->refused)
+				conn_refuse(c, id);
+			else
+				conn_send_error(c, id,
+				        ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED,
+				        "request too large once decoded (more "
+				        "than %zu bytes): send fewer items",
+				        conn_decode_limit());
+			continue;
+		}
 		evbuffer_drain(in, WIRE_HEADER + n);
 		if (req == NULL) {
 			arena_release(&conn_arena.a, mark);

@@ -27,8 +27,11 @@
  * A dependency no longer in memory has finished: its outcome is read from
  * the journal by primary key (at the spawn's check and its commit, on the
  * reactor thread: a point read, and only for dependencies that finished
- * long ago).  One pruned from the journal entirely is unknown: refused at
- * spawn (INVALID_ARGUMENT); pruned between the check and the commit, or
+ * long ago).  Repeats of an id in a list are dropped first (gate_deps),
+ * and a request names at most max_ids dependencies in all (a select's
+ * specs together), so a request costs at most 2 x max_ids reads.  One
+ * pruned from the journal entirely is unknown: refused at spawn
+ * (INVALID_ARGUMENT); pruned between the check and the commit, or
  * before a restart, it counts as failed (after) or ended (after_any).
  * A task interrupted by rokd's stop is no failure: nothing is resolved
  * once gate_stop ran, and the next start decides (retried, or
@@ -141,9 +144,42 @@ bool gate_needed(const TaskSpec *spec)
 	       spec->not_before_us != 0 || spec->retry_failed > 0;
 }
 
+/*
+ * The spec's dependencies with each id once per list (an id may be in
+ * both: `after` and `after_any` mean different things), `after` first:
+ * each costs a node and perhaps a journal read, and one id named 10,000
+ * times must cost one.  *out (owned by the caller, NULL when there are
+ * none) and *nafter, the count from `after`; the total, or -1 without
+ * memory.
+ */
+static ssize_t gate_deps(const TaskSpec *spec, uint64_t **out, size_t *nafter)
+{
+	size_t n = spec->n_after + spec->n_after_any;
+
+	*out = NULL;
+	*nafter = 0;
+	if (n == 0)
+		return 0;
+	uint64_t *ids = malloc(n * sizeof(*ids));
+	if (ids == NULL)
+		return -1;
+	ssize_t a = idlist_dedup(spec->after, spec->n_after, ids, NULL);
+	ssize_t b = a < 0 ? -1 : idlist_dedup(spec->after_any, spec->n_after_any,
+	                                      ids + a, NULL);
+	if (b < 0) {
+		free(ids);
+		return -1;
+	}
+	*out = ids;
+	*nafter = (size_t)a;
+	return a + b;
+}
+
 int gate_check(const TaskSpec *spec, uid_t uid, char *err, size_t len)
 {
 	uint64_t now = gate_now_us();
+	uint64_t *deps;
+	size_t nafter;
 
 	if (spec->n_after + spec->n_after_any > config.max_ids) {
 		snprintf(err, len, "too many dependencies (%zu; the limit is "
@@ -164,19 +200,24 @@ int gate_check(const TaskSpec *spec, uid_t uid, char *err, size_t len)
 	}
 	if (duration_check_ms(spec->backoff_ms, "backoff_ms", err, len) < 0)
 		return -1;
-	for (size_t i = 0; i < spec->n_after + spec->n_after_any; i++) {
-		uint64_t id = i < spec->n_after ? spec->after[i]
-		              : spec->after_any[i - spec->n_after];
-		int code = tasktab_dep_visible(id, uid);
+	ssize_t ndeps = gate_deps(spec, &deps, &nafter);
+	if (ndeps < 0) {
+		snprintf(err, len, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < (size_t)ndeps; i++) {
+		int code = tasktab_dep_visible(deps[i], uid);
 		if (code != 0) {
 			snprintf(err, len, "dependency %llu: %s",
-			         (unsigned long long)id,
+			         (unsigned long long)deps[i],
 			         code == ROK__V1__ERROR_CODE__PERMISSION_DENIED
 			         ? "task belongs to another user"
 			         : "no such task");
+			free(deps);
 			return -1;
 		}
 	}
+	free(deps);
 	return 0;
 }
 
@@ -508,12 +549,17 @@ static rok_poll gate_life_poll(rok_cx *cx, void *frame)
 int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
                 size_t len, uint64_t not_before_us)
 {
-	size_t ndeps = spec->n_after + spec->n_after_any;
-	struct gate_entry *e = calloc(1, sizeof(*e) + ndeps * sizeof(e->deps[0]));
+	uint64_t *deps;
+	size_t nafter;
+	ssize_t nd = gate_deps(spec, &deps, &nafter);
+	size_t ndeps = nd > 0 ? (size_t)nd : 0;
+	struct gate_entry *e = nd < 0 ? NULL
+	        : calloc(1, sizeof(*e) + ndeps * sizeof(e->deps[0]));
 	uint8_t *copy = malloc(len > 0 ? len : 1);
 	uint64_t id = tasktab_id(r);
 
 	if (e == NULL || copy == NULL) {
+		free(deps);
 		free(e);
 		free(copy);
 		struct rt_outcome o = { .state = RT_FAILED };
@@ -553,9 +599,8 @@ int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
 	for (size_t i = 0; i < ndeps; i++) {
 		struct gate_dep *d = &e->deps[i];
 		d->e = e;
-		d->all_ok = i < spec->n_after;
-		d->dep = d->all_ok ? spec->after[i]
-		         : spec->after_any[i - spec->n_after];
+		d->all_ok = i < nafter;
+		d->dep = deps[i];
 		if (jstate != NULL && tasktab_dep_state(d->dep) < 0) {
 			TaskInfo info;
 			rok__v1__task_info__init(&info);
@@ -564,6 +609,8 @@ int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
 			tasktab_info_free(&info);
 		}
 	}
+
+	free(deps);
 
 	pthread_mutex_lock(&gate.lock);
 	struct gate_entry **b = &gate.byid[gate_bucket(id)];

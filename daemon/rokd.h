@@ -720,6 +720,10 @@ bool conn_begin_wait(struct conn *c, uint64_t id);
 /* Reactor thread: ends a wait begun with conn_begin_wait without a reply
  * (the request was answered some other way). */
 void conn_end_wait(struct conn *c);
+/* Reactor thread: t (a reference the connection takes) is the runtime
+ * task of one of c's waits; it is cancelled if c closes before it ends.
+ * false (t still the caller's) when there is no memory to keep it. */
+bool conn_add_waiter(struct conn *c, rok_task *t);
 /*
  * Reactor thread: a plain spawn waiting for its journal commit keeps the
  * connection alive (and a stop waits for it) until conn_release.  Not

@@ -6,13 +6,17 @@
  * builds its reply on the worker and posts it to the reactor thread.  The
  * connection is kept alive meanwhile by the reference conn_begin_wait took;
  * a waiting client never holds up a worker, the reactor or anyone else.
+ * A join, race or spawn's wait is cancelled when its connection closes
+ * (conn_add_waiter); a select's goes on, to cancel the losers.
  *
  * Task ids are looked up when the wait starts, on the waiter's worker (a
  * task no longer in memory is read from the journal, which must not hold
  * up the reactor thread): a task that already finished has no handle and
  * counts as done; an unknown id or another user's task is reported in the
- * reply (join) or fails the request (race).  A join's reply is built
- * within the frame limit (RESOURCE_EXHAUSTED once past it).
+ * reply (join) or fails the request (race).  Past the lookup a wait keeps
+ * a handle only for each running task; an id that was missing or finished
+ * costs its 8 bytes, kept for the reply.  A join's reply is built within
+ * the frame limit (RESOURCE_EXHAUSTED once past it).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -32,7 +36,6 @@ struct waiter {
 	uint64_t *ids;             /* n, owned */
 	size_t *index;             /* n, owned: ids[i] is the request's
 	                              index[i]-th; NULL: the i-th */
-	rok_task **handles;        /* n, owned refs; NULL: finished or missing */
 	int64_t deadline;          /* rok_now() time; 0: none */
 	bool cancel_rest;
 	bool timed_out;
@@ -43,16 +46,15 @@ struct waiter {
 	rok_join_op join;
 	rok_race_op race;
 	rok_sleep_op sleep;
-	rok_task **live;           /* race: the handles still running */
-	size_t *live_index;
+	rok_task **live;           /* nlive, owned refs: the tasks running */
+	size_t *live_index;        /* nlive: live[k] is ids[live_index[k]] */
 	size_t nlive;
 };
 
 static void waiter_free(struct waiter *f)
 {
-	for (size_t i = 0; i < f->n; i++)
-		rok_task_unref(f->handles[i]);
-	free(f->handles);
+	for (size_t i = 0; i < f->nlive; i++)
+		rok_task_unref(f->live[i]);
 	free(f->ids);
 	free(f->index);
 	free(f->live);
@@ -172,9 +174,8 @@ static void waiter_cancel(struct waiter *f, size_t i)
 
 static void waiter_cancel_all(struct waiter *f)
 {
-	for (size_t i = 0; i < f->n; i++)
-		if (f->handles[i] != NULL)
-			waiter_cancel(f, i);
+	for (size_t k = 0; k < f->nlive; k++)
+		waiter_cancel(f, f->live_index[k]);
 }
 
 /*
@@ -188,7 +189,8 @@ static int waiter_lookup(struct waiter *f)
 	char msg[96];
 
 	for (size_t i = 0; i < f->n; i++) {
-		int code = tasktab_lookup(f->ids[i], f->uid, &f->handles[i]);
+		rok_task *h = NULL;
+		int code = tasktab_lookup(f->ids[i], f->uid, &h);
 		if (code != 0 && f->mode != WAIT_JOIN &&
 		    f->mode != WAIT_SPAWN) {
 			snprintf(msg, sizeof(msg), "task %llu: %s",
@@ -205,10 +207,22 @@ static int waiter_lookup(struct waiter *f)
 			                 msg);
 			return -ENOENT;
 		}
-		if (f->handles[i] != NULL) {
-			f->live[f->nlive] = f->handles[i];
+		if (h != NULL) {
+			f->live[f->nlive] = h;
 			f->live_index[f->nlive++] = i;
 		}
+	}
+	/* Only the running tasks cost more than their id for the rest of
+	 * the wait: a join naming thousands of unknown ids beside one
+	 * running task keeps no handle slots for them. */
+	if (f->nlive < f->n) {
+		size_t m = f->nlive > 0 ? f->nlive : 1;
+		rok_task **l = realloc(f->live, m * sizeof(*l));
+		size_t *li = realloc(f->live_index, m * sizeof(*li));
+		if (l != NULL)   /* else the larger block stays, as good */
+			f->live = l;
+		if (li != NULL)
+			f->live_index = li;
 	}
 	return 0;
 }
@@ -221,19 +235,17 @@ static rok_poll waiter_poll(rok_cx *cx, void *frame)
 	if (waiter_lookup(f) < 0)
 		ROK_RETURN(cx, 0);
 	if (f->mode == WAIT_JOIN || f->mode == WAIT_SPAWN) {
-		for (f->i = 0; f->i < f->n; f->i++) {
-			if (f->handles[f->i] == NULL)
-				continue;
+		for (f->i = 0; f->i < f->nlive; f->i++) {
 			if (f->deadline == 0) {
 				/* A cancelled task is a result here too: the
 				 * reply reads its status. */
 				ROK_AWAIT(cx, rok_join_err(cx, &f->join,
-				                           f->handles[f->i],
+				                           f->live[f->i],
 				                           &f->v, &f->err));
 				continue;
 			}
 			ROK_AWAIT(cx, rok_join_timeout(cx, &f->jt,
-			                               f->handles[f->i],
+			                               f->live[f->i],
 			                               f->deadline - rok_now(),
 			                               &f->v, &f->err));
 			if (f->err == -ETIMEDOUT) {
@@ -252,11 +264,15 @@ static rok_poll waiter_poll(rok_cx *cx, void *frame)
 
 	/* race and select: a finished task wins at once, lowest index
 	 * first; else race the running ones. */
-	for (f->i = 0; f->i < f->n; f->i++)
-		if (f->handles[f->i] == NULL)
-			break;
-	if (f->i < f->n) {
-		f->winner = f->i;
+	if (f->nlive < f->n) {
+		/* ids not among the live ones are finished (race and select
+		 * fail on a missing one): the lowest wins. */
+		f->winner = f->nlive;
+		for (size_t k = 0; k < f->nlive; k++)
+			if (f->live_index[k] != k) {
+				f->winner = k;
+				break;
+			}
 	} else {
 		ROK_AWAIT(cx, waiter_race_or_deadline(cx, f));
 	}
@@ -270,14 +286,16 @@ static rok_poll waiter_poll(rok_cx *cx, void *frame)
 		                         : "timed out; the tasks keep running");
 	} else {
 		if (f->cancel_rest)
-			for (size_t i = 0; i < f->n; i++)
-				if (i != f->winner && f->handles[i] != NULL)
-					waiter_cancel(f, i);
+			for (size_t k = 0; k < f->nlive; k++)
+				if (f->live_index[k] != f->winner)
+					waiter_cancel(f, f->live_index[k]);
 		waiter_reply_race(f);
 	}
 	ROK_CLEANUP(cx);
 	if (ROK_LEFT_BY_CANCEL(cx))
-		/* Only rok_stop cancels a waiter: answer it all the same. */
+		/* rok_stop, or its connection closed (conn_add_waiter):
+		 * the reply is dropped at delivery then, giving back the
+		 * wait's reference. */
 		reply_post_error(f->conn, f->req_id,
 		                 ROK__V1__ERROR_CODE__UNAVAILABLE,
 		                 "the daemon is stopping");
@@ -317,12 +335,11 @@ int waiter_start(struct conn *c, uint64_t req_id, int mode,
 	if (timeout_ms > 0)
 		f.deadline = rok_deadline(duration_ns(timeout_ms));
 	f.ids = malloc(n * sizeof(*f.ids));
-	f.handles = calloc(n, sizeof(*f.handles));
 	f.live = calloc(n, sizeof(*f.live));
 	f.live_index = calloc(n, sizeof(*f.live_index));
 	if (index != NULL && (f.index = malloc(n * sizeof(*f.index))) != NULL)
 		memcpy(f.index, index, n * sizeof(*index));
-	if (f.ids == NULL || f.handles == NULL || f.live == NULL ||
+	if (f.ids == NULL || f.live == NULL ||
 	    f.live_index == NULL || (index != NULL && f.index == NULL)) {
 		waiter_free(&f);
 		waiter_refuse(c, req_id, begun, ROK__V1__ERROR_CODE__INTERNAL,
@@ -334,11 +351,22 @@ int waiter_start(struct conn *c, uint64_t req_id, int mode,
 		waiter_free(&f);
 		return -EAGAIN;
 	}
-	int err = rok_spawn(NULL, waiter_poll, &f, sizeof(f));
+	/* A select's wait stays when its client leaves: it cancels the
+	 * losers once one of its own tasks wins. */
+	rok_task *t = NULL;
+	int err = rok_spawn(mode != WAIT_SELECT ? &t : NULL, waiter_poll, &f,
+	                    sizeof(f));
 	if (err < 0) {
 		waiter_free(&f);
 		reply_post_error(c, req_id, ROK__V1__ERROR_CODE__UNAVAILABLE,
 		                 "cannot start the wait");
+		return err;
 	}
-	return err;
+	if (t != NULL && !conn_add_waiter(c, t)) {
+		/* It can no longer be cancelled at the close: it ends with
+		 * its tasks, as every wait once did. */
+		log_warnx("out of memory: a wait outlives its connection");
+		rok_task_unref(t);
+	}
+	return 0;
 }

@@ -848,6 +848,38 @@ START_TEST(bad_frames)
 	rc_write(fd, garbage, 6);
 	close(fd);
 
+	/* A select of 500,000 empty specs (2 bytes each, within max_frame)
+	 * would decode into ~124 MB: RESOURCE_EXHAUSTED, not decoded (it
+	 * was, then refused for max_ids), and the connection goes on. */
+	{
+		enum { NSPECS = 500000 };
+		size_t body = 2 * (size_t)NSPECS;
+		size_t len = 2 + 1 + 3 + body;
+		uint8_t *f = malloc(WIRE_HEADER + len);
+		ck_assert_ptr_nonnull(f);
+		uint8_t *q = f + WIRE_HEADER;
+		wire_put_header(f, (uint32_t)len);
+		*q++ = 0x08;                    /* id = 42 */
+		*q++ = 42;
+		*q++ = (6 << 3) | 2;            /* select, length-delimited */
+		*q++ = (uint8_t)(0x80 | (body & 0x7f));
+		*q++ = (uint8_t)(0x80 | ((body >> 7) & 0x7f));
+		*q++ = (uint8_t)(body >> 14);
+		for (size_t i = 0; i < NSPECS; i++) {
+			*q++ = (1 << 3) | 2;    /* specs: empty */
+			*q++ = 0;
+		}
+		rc_write(good, f, WIRE_HEADER + len);
+		free(f);
+		Response *r = rc_recv(good);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_uint_eq(r->id, 42);
+		ck_assert_ptr_nonnull(r->error);
+		ck_assert_int_eq(r->error->code,
+		                 ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED);
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+
 	rc_ping_ok(good);
 	close(good);
 	rokd_stop();
@@ -1917,6 +1949,42 @@ START_TEST(when_checks)
 	ck_assert_ptr_nonnull(jr->error);
 	ck_assert_int_eq(jr->error->code, ROK__V1__ERROR_CODE__TIMED_OUT);
 	rok__v1__response__free_unpacked(jr, NULL);
+	/* Repeats of a dependency wait for it as one does. */
+	uint64_t three[3] = { mine, mine, mine };
+	spec.after = three;
+	spec.n_after = 3;
+	spec.after_any = three;
+	spec.n_after_any = 1;
+	uint64_t dups = rc_spawn_try(fd, 65, &spec, &code, NULL, 0);
+	ck_assert_int_eq(code, 0);
+	ck_assert_int_eq(rc_state(fd, dups), ROK__V1__TASK_STATE__TASK_QUEUED);
+	spec.n_after_any = 0;
+	/* max_ids bounds a select's dependencies in all (each may cost a
+	 * journal read), not each spec's: 2 x 3 > 4. */
+	{
+		Request req = ROK__V1__REQUEST__INIT;
+		Rok__V1__SelectRequest sel = ROK__V1__SELECT_REQUEST__INIT;
+		Rok__V1__TaskSpec *specs[2] = { &spec, &spec };
+		sel.specs = specs;
+		sel.n_specs = 2;
+		req.id = 66;
+		req.body_case = ROK__V1__REQUEST__BODY_SELECT;
+		req.select = &sel;
+		rc_send(fd, &req);
+		rc_expect_invalid(fd, "dependencies in one select");
+		sel.n_specs = 1;   /* 3 alone: within */
+		sel.timeout_ms = 100;
+		req.id = 67;
+		rc_send(fd, &req);
+		Response *sr = rc_recv(fd);
+		ck_assert_ptr_nonnull(sr);
+		ck_assert_msg(sr->error != NULL &&
+		              sr->error->code == ROK__V1__ERROR_CODE__TIMED_OUT,
+		              "select of one spec after a running task");
+		rok__v1__response__free_unpacked(sr, NULL);
+	}
+	spec.after = &mine;
+	spec.n_after = 1;
 
 	if (geteuid() == 0) {
 		pid_t pid = fork();
@@ -1940,6 +2008,12 @@ START_TEST(when_checks)
 	/* Cancelling the dependency cancels the task after it. */
 	rc_cancel_ok(fd, mine);
 	jr = rc_join(fd, &after, 1, 0);
+	ck_assert_ptr_nonnull(jr);
+	ck_assert_ptr_null(jr->error);
+	ck_assert_int_eq(jr->join->tasks[0]->state,
+	                 ROK__V1__TASK_STATE__TASK_CANCELLED);
+	rok__v1__response__free_unpacked(jr, NULL);
+	jr = rc_join(fd, &dups, 1, 0);
 	ck_assert_ptr_nonnull(jr);
 	ck_assert_ptr_null(jr->error);
 	ck_assert_int_eq(jr->join->tasks[0]->state,

@@ -1194,11 +1194,10 @@ START_TEST(offload_fairness)
 }
 END_TEST
 
-/* A client that never reads its replies is cut off; others are served. */
-START_TEST(client_that_does_not_read)
+/* A ping frame with a 4,000-byte payload (as big a reply), in *frame
+ * bytes of malloc'd memory. */
+static uint8_t *lazy_ping_frame(size_t *frame)
 {
-	rokd_start("max_output = 65536");
-	int lazy = rc_hello(), good = rc_hello();
 	Request req = ROK__V1__REQUEST__INIT;
 	Rok__V1__PingRequest p = ROK__V1__PING_REQUEST__INIT;
 	static uint8_t payload[4000];
@@ -1207,16 +1206,37 @@ START_TEST(client_that_does_not_read)
 	p.payload.len = sizeof(payload);
 	req.body_case = ROK__V1__REQUEST__BODY_PING;
 	req.ping = &p;
-	int nb = 1;
-	setsockopt(lazy, SOL_SOCKET, SO_RCVBUF, &nb, sizeof(nb));
-	int fl = fcntl(lazy, F_GETFL);
-	fcntl(lazy, F_SETFL, fl | O_NONBLOCK);
+	*frame = WIRE_HEADER + rok__v1__request__get_packed_size(&req);
+	uint8_t *buf = malloc(*frame);
+	ck_assert_ptr_nonnull(buf);
+	wire_put_header(buf, (uint32_t)(*frame - WIRE_HEADER));
+	rok__v1__request__pack(&req, buf + WIRE_HEADER);
+	return buf;
+}
+
+/* A connection that does not read: the smallest receive buffer, and
+ * sends that fail rather than block. */
+static int lazy_hello(void)
+{
+	int fd = rc_hello(), nb = 1;
+
+	ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &nb,
+	                            sizeof(nb)), 0);
+	int fl = fcntl(fd, F_GETFL);
+	ck_assert_int_eq(fcntl(fd, F_SETFL, fl | O_NONBLOCK), 0);
+	return fd;
+}
+
+/* A client that never reads its replies is cut off; others are served. */
+START_TEST(client_that_does_not_read)
+{
+	rokd_start("max_output = 65536");
+	int lazy = lazy_hello(), good = rc_hello();
+	size_t frame;
+	uint8_t *buf = lazy_ping_frame(&frame);
+
 	/* Keep sending until the daemon drops us (send fails) or we sent
 	 * far more than the limit. */
-	size_t frame = WIRE_HEADER + rok__v1__request__get_packed_size(&req);
-	uint8_t *buf = malloc(frame);
-	wire_put_header(buf, (uint32_t)(frame - WIRE_HEADER));
-	rok__v1__request__pack(&req, buf + WIRE_HEADER);
 	bool dropped = false;
 	for (int i = 0; i < 20000 && !dropped; i++) {
 		ssize_t n = send(lazy, buf, frame, MSG_NOSIGNAL);
@@ -1248,27 +1268,12 @@ START_TEST(lazy_clients_of_one_user)
 	rokd_start("max_output = 4194304\nmax_output_per_user = 1048576");
 	int good = rc_hello(), lazy[LAZY];
 	bool dropped[LAZY] = { false };
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__PingRequest p = ROK__V1__PING_REQUEST__INIT;
-	static uint8_t payload[4000];
+	size_t frame;
+	uint8_t *buf = lazy_ping_frame(&frame);
 
-	p.payload.data = payload;
-	p.payload.len = sizeof(payload);
-	req.body_case = ROK__V1__REQUEST__BODY_PING;
-	req.ping = &p;
-	size_t frame = WIRE_HEADER + rok__v1__request__get_packed_size(&req);
-	uint8_t *buf = malloc(frame);
-	ck_assert_ptr_nonnull(buf);
-	wire_put_header(buf, (uint32_t)(frame - WIRE_HEADER));
-	rok__v1__request__pack(&req, buf + WIRE_HEADER);
 	/* Each sends 2 MB of pings (2 MB of replies: half its max_output). */
 	for (int k = 0; k < LAZY; k++) {
-		lazy[k] = rc_hello();
-		int nb = 1;
-		ck_assert_int_eq(setsockopt(lazy[k], SOL_SOCKET, SO_RCVBUF, &nb,
-		                            sizeof(nb)), 0);
-		int fl = fcntl(lazy[k], F_GETFL);
-		ck_assert_int_eq(fcntl(lazy[k], F_SETFL, fl | O_NONBLOCK), 0);
+		lazy[k] = lazy_hello();
 		for (size_t i = 0, off = 0; i < FRAMES && !dropped[k];) {
 			ssize_t n = send(lazy[k], buf + off, frame - off,
 			                 MSG_NOSIGNAL);

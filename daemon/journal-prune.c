@@ -16,9 +16,10 @@
  * chunk's query resumes after the last id it returned, so a prune reads
  * the rows it passes once, not once per chunk.  Per uid, one pass over
  * the finished rows, newest first and itself in chunks, finds each uid's
- * cutoff (its keep_per_user-th newest); then each uid past its quota has
- * its rows below the cutoff deleted: a scan of the ids below that cutoff
- * per such uid (there is no index on uid: the hot path writes none).
+ * cutoff (its keep_per_user-th newest); then one pass, oldest first up to
+ * the highest cutoff, deletes each row below its uid's cutoff whose uid
+ * has more than keep_per_user (there is no index on uid: the hot path
+ * writes none).
  * Only finished rows are touched:
  * queued and running tasks are never pruned.  Each chunk first raises
  * meta.max_id to the largest id in the table, so pruning the newest task
@@ -61,6 +62,43 @@ static int journal_prune_cutoff(sqlite3 *db, uint64_t keep, uint64_t *cut)
 }
 
 /*
+ * Deletes the n rows ids in one transaction, then forgets them and their
+ * output files; adds n to *total.  SQLITE_OK or the error (rolled back).
+ */
+static int journal_prune_delete(sqlite3 *db, sqlite3_stmt *del,
+                                const uint64_t *ids, size_t n,
+                                int64_t *total)
+{
+	int rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+
+	if (rc == SQLITE_OK)
+		rc = sqlite3_exec(db, "UPDATE meta SET value = (SELECT "
+		                  "max(id) FROM tasks) WHERE key = "
+		                  "'max_id' AND value < (SELECT max(id) "
+		                  "FROM tasks)", NULL, NULL, NULL);
+	for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
+		sqlite3_bind_int64(del, 1, (sqlite3_int64)ids[i]);
+		rc = sqlite3_step(del);
+		sqlite3_reset(del);
+		if (rc == SQLITE_DONE)
+			rc = SQLITE_OK;
+	}
+	if (rc == SQLITE_OK)
+		rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+	if (rc != SQLITE_OK) {
+		if (!sqlite3_get_autocommit(db))
+			(void)sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+		return rc;
+	}
+	for (size_t i = 0; i < n; i++) {
+		tasktab_forget(ids[i]);
+		exec_out_forget(ids[i]);
+	}
+	*total += (int64_t)n;
+	return SQLITE_OK;
+}
+
+/*
  * Deletes, a chunk per transaction, the rows `sel` names: its ?1 is the id
  * to continue after (it returns ids in increasing order, at most
  * JOURNAL_PRUNE_CHUNK), its other parameters are bound by the caller.
@@ -84,32 +122,9 @@ static int journal_prune_chunks(sqlite3 *db, sqlite3_stmt *sel,
 			return rc;
 		if (n == 0)
 			return SQLITE_OK;
-		rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
-		if (rc == SQLITE_OK)
-			rc = sqlite3_exec(db, "UPDATE meta SET value = (SELECT "
-			                  "max(id) FROM tasks) WHERE key = "
-			                  "'max_id' AND value < (SELECT max(id) "
-			                  "FROM tasks)", NULL, NULL, NULL);
-		for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
-			sqlite3_bind_int64(del, 1, (sqlite3_int64)ids[i]);
-			rc = sqlite3_step(del);
-			sqlite3_reset(del);
-			if (rc == SQLITE_DONE)
-				rc = SQLITE_OK;
-		}
-		if (rc == SQLITE_OK)
-			rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-		if (rc != SQLITE_OK) {
-			if (!sqlite3_get_autocommit(db))
-				(void)sqlite3_exec(db, "ROLLBACK", NULL, NULL,
-				                   NULL);
+		if ((rc = journal_prune_delete(db, del, ids, n, total)) !=
+		    SQLITE_OK)
 			return rc;
-		}
-		for (size_t i = 0; i < n; i++) {
-			tasktab_forget(ids[i]);
-			exec_out_forget(ids[i]);
-		}
-		*total += (int64_t)n;
 		after = ids[n - 1];
 		if (n < JOURNAL_PRUNE_CHUNK)
 			return SQLITE_OK;
@@ -183,8 +198,8 @@ static struct journal_prune_user *journal_prune_user(
 /*
  * Finds each uid's cutoff: one pass over the finished rows, newest first,
  * JOURNAL_PRUNE_CHUNK at a time with a yield between.  A row that
- * finishes meanwhile below where the pass is goes uncounted: its uid
- * keeps one row more, never one less.  SQLITE_OK, SQLITE_INTERRUPT (rokd
+ * finishes meanwhile (a newer id than the pass has reached) goes
+ * uncounted: its uid keeps one row more, never one less.  SQLITE_OK, SQLITE_INTERRUPT (rokd
  * stops) or the error.
  */
 static int journal_prune_count(sqlite3 *db, uint64_t keep,
@@ -233,26 +248,61 @@ static int journal_prune_count(sqlite3 *db, uint64_t keep,
  * Per uid: a user's finished tasks beyond its keep_per_user newest, so
  * that one user's flood prunes that user's results, not everyone's.
  * keep_per_user is not 0 (the caller deletes every finished row then).
+ * After the count, one pass over the finished rows, oldest first, up to
+ * the highest cutoff, JOURNAL_PRUNE_CHUNK rows read per chunk with a yield
+ * between: a row goes if its uid has more than keep_per_user and it is
+ * below that uid's cutoff.  Linear however many users are past their
+ * quota (a scan per such user was quadratic in them).
  */
 static int journal_prune_per_user(sqlite3 *db, sqlite3_stmt *del,
                                   uint64_t keep_per_user, int64_t *total)
 {
 	struct journal_prune_users us = { NULL, 0, 0 };
 	sqlite3_stmt *sel = NULL;
+	uint64_t top = 0, after = 0, ids[JOURNAL_PRUNE_CHUNK];
 	int rc = journal_prune_count(db, keep_per_user, &us);
 
-	if (rc == SQLITE_OK)
-		rc = sqlite3_prepare_v2(db, "SELECT id FROM tasks WHERE id > ?1 "
-		                        "AND id < ?2 AND uid = ?3 AND state >= 3 "
-		                        "ORDER BY id LIMIT ?4", -1, &sel, NULL);
 	for (size_t i = 0; rc == SQLITE_OK && us.slot != NULL && i <= us.mask;
 	     i++) {
-		if (!us.slot[i].used || us.slot[i].cut == 0)
-			continue;
-		sqlite3_bind_int64(sel, 2, (sqlite3_int64)us.slot[i].cut);
-		sqlite3_bind_int64(sel, 3, us.slot[i].uid);
-		sqlite3_bind_int(sel, 4, JOURNAL_PRUNE_CHUNK);
-		rc = journal_prune_chunks(db, sel, del, total);
+		struct journal_prune_user *u = &us.slot[i];
+		if (u->used && u->seen > keep_per_user && u->cut > top)
+			top = u->cut;
+	}
+	if (rc == SQLITE_OK && top != 0)
+		rc = sqlite3_prepare_v2(db, "SELECT id, uid FROM tasks WHERE "
+		                        "id > ?1 AND id < ?2 AND state >= 3 "
+		                        "ORDER BY id LIMIT ?3", -1, &sel, NULL);
+	if (sel != NULL) {
+		sqlite3_bind_int64(sel, 2, (sqlite3_int64)top);
+		sqlite3_bind_int(sel, 3, JOURNAL_PRUNE_CHUNK);
+	}
+	while (rc == SQLITE_OK && sel != NULL) {
+		size_t n = 0, read = 0;
+		sqlite3_bind_int64(sel, 1, (sqlite3_int64)after);
+		while ((rc = sqlite3_step(sel)) == SQLITE_ROW) {
+			uint64_t id = (uint64_t)sqlite3_column_int64(sel, 0);
+			struct journal_prune_user *u = journal_prune_user(
+				&us, sqlite3_column_int64(sel, 1));
+			after = id;
+			read++;
+			/* A uid first seen here finished after the count:
+			 * it keeps its rows (u->cut is 0). */
+			if (u == NULL) {
+				rc = SQLITE_NOMEM;
+				break;
+			}
+			if (u->seen > keep_per_user && id < u->cut)
+				ids[n++] = id;
+		}
+		sqlite3_reset(sel);
+		if (rc != SQLITE_DONE)
+			break;
+		rc = n > 0 ? journal_prune_delete(db, del, ids, n, total)
+		           : SQLITE_OK;
+		if (rc != SQLITE_OK || read < JOURNAL_PRUNE_CHUNK)
+			break;
+		if (!journal_prune_yield())
+			rc = SQLITE_INTERRUPT;
 	}
 	sqlite3_finalize(sel);
 	free(us.slot);
@@ -267,6 +317,10 @@ int64_t journal_prune_run(sqlite3 *db, uint64_t before_us, uint64_t keep,
 	int64_t total = 0;
 	int rc;
 
+	/* A prune still queued, or come due, once rokd stops: the next
+	 * start's does it. */
+	if (!journal_prune_yield())
+		return 0;
 	if (keep_per_user == 0)
 		keep = 0;   /* every finished row, whoever's */
 	if (keep != UINT64_MAX &&

@@ -1342,6 +1342,8 @@ static void *journal_main(void *arg)
 		    !failing) {
 			pthread_mutex_unlock(&journal.lock);
 			journal_prune_retention(journal.db);
+			/* A commit of its yields may have failed. */
+			failing = journal.retained != NULL;
 			pthread_mutex_lock(&journal.lock);
 			clock_gettime(CLOCK_MONOTONIC, &next_prune);
 			next_prune.tv_sec += 60;
@@ -1402,7 +1404,9 @@ static void *journal_main(void *arg)
 		size_t ndone;
 		int rc = journal_write_batch(b, &ndone, failing);
 		if (rc == SQLITE_OK) {
-			failing = false;
+			/* The prunes it ran may have yielded to a commit
+			 * that failed: its updates are retained. */
+			failing = journal.retained != NULL;
 			linger_next = ndone > 0;
 		} else {
 			/* Retried every 100 ms while updates are retained; a

@@ -504,12 +504,15 @@ static struct {
  * Bytes a request may decode into beyond the arena's block.  Decoded, an
  * empty sub-message of 2 bytes becomes a struct of a few hundred (a
  * TaskSpec: 240 + its pointer): 524,276 empty specs in a 1 MiB frame made
- * 167 MB.  16 times the frame, plus room for max_ids specs however small
- * the frame (select's cap), fits what a request within the limits needs.
+ * 167 MB.  A one-byte argument (3 bytes on the wire) costs some 80 as
+ * counted (its 16-byte slot, protobuf-c's scan record, the arena's
+ * accounting): 32 times the frame, plus room for max_ids specs however
+ * small the frame (select's cap), fits what a request within the limits
+ * needs.
  */
 static size_t conn_decode_limit(void)
 {
-	return (size_t)config.max_frame * 16 + (size_t)config.max_ids * 512;
+	return (size_t)config.max_frame * 32 + (size_t)config.max_ids * 512;
 }
 
 /* The request id of a frame that could not be decoded, if it comes first

@@ -404,9 +404,10 @@ EXEC_CHILD static int exec_child_main(void *arg)
 		/* rokd's session keyring (KeyringMode=private under
 		 * systemd) would be every user's: a new anonymous one, owned
 		 * by the user.  A kernel without keyrings has nothing to
-		 * share. */
+		 * share, nor does one where a seccomp filter refuses keyctl
+		 * (Docker's default: EPERM), which holds for the task too. */
 		if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 &&
-		    errno != ENOSYS)
+		    errno != ENOSYS && errno != EPERM)
 			exec_child_fail(fail, "joining a session keyring of "
 			                "its own", 0);
 	}
@@ -416,7 +417,8 @@ EXEC_CHILD static int exec_child_main(void *arg)
 		exec_child_fail(fail, "prctl", 0);
 	if (syscall(SYS_getppid) != a->parent)
 		exec_child_fail(fail, "getppid", -ESRCH);
-	if (spawn.stall != NULL && exec_child_same(s->paths[0], spawn.stall)) {
+	if (spawn.stall != NULL && s->paths[0] != NULL &&
+	    exec_child_same(s->paths[0], spawn.stall)) {
 		rc = syscall(SYS_openat, AT_FDCWD, spawn.stall,
 		             O_RDONLY | O_CLOEXEC);
 		if (rc >= 0)

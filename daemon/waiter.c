@@ -6,8 +6,11 @@
  * builds its reply on the worker and posts it to the reactor thread.  The
  * connection is kept alive meanwhile by the reference conn_begin_wait took;
  * a waiting client never holds up a worker, the reactor or anyone else.
- * A join, race or spawn's wait is cancelled when its connection closes
- * (conn_add_waiter); a select's goes on, to cancel the losers.
+ * A join's, a race's or a spawn --wait-timeout's wait is cancelled when
+ * its connection closes (conn_add_waiter); a select's, and a race's with
+ * cancel_rest, go on, to cancel the losers.  (A plain spawn --wait has no
+ * wait of its own: its task answers, and holds the connection's wait
+ * until it ends.)
  *
  * Task ids are looked up when the wait starts, on the waiter's worker (a
  * task no longer in memory is read from the journal, which must not hold
@@ -351,10 +354,10 @@ int waiter_start(struct conn *c, uint64_t req_id, int mode,
 		waiter_free(&f);
 		return -EAGAIN;
 	}
-	/* A select's wait stays when its client leaves: it cancels the
-	 * losers once one of its own tasks wins. */
+	/* A select's wait, and a race's with cancel_rest, stay when their
+	 * client leaves: they cancel the losers once one task wins. */
 	rok_task *t = NULL;
-	int err = rok_spawn(mode != WAIT_SELECT ? &t : NULL, waiter_poll, &f,
+	int err = rok_spawn(!f.cancel_rest ? &t : NULL, waiter_poll, &f,
 	                    sizeof(f));
 	if (err < 0) {
 		waiter_free(&f);

@@ -11,8 +11,9 @@
  * Strict (the default): the class that counts highest gets the slot,
  * where a class rises one step per aging interval its oldest queued entry
  * has waited (so a low entry counts as urgent after 3 intervals at most);
- * between classes that count the same, the one whose oldest entry is
- * older.  Fair share then picks among the class's users.  Aging raises a
+ * between classes that count the same, the one whose entry to grant (its
+ * fair share's pick) is older.  Fair share picks among the class's
+ * users.  Aging raises a
  * whole class, never one user's entries over another's of the same
  * class: else a user whose backlog has aged would beat another's fresh
  * entry of the same class whatever the running counts, and fair share
@@ -20,13 +21,15 @@
  * counts: an aged low entry would then lose every tie with a stream of
  * fresh urgent entries from a user whose short tasks end before each
  * grant, for ever.  So once an entry counts as urgent, only classes that
- * count as urgent too with an entry queued before it, and users of its own
- * class ahead of its user by fair share, can start before it: the bound
- * rokd.conf(5) states.
+ * count as urgent too with an entry to grant queued before it, and users
+ * of its own class ahead of its user by fair share (and such entries
+ * queued before theirs), can start before it: the bound rokd.conf(5)
+ * states.
  *
  * Fair share, between the heads of one class: the user with the fewest
- * running entries in the group, then the one granted least recently
- * (never, for a user new to the group), then the oldest entry.  Without
+ * running entries in the group, then the one granted least recently (a
+ * user new to the group, or back after holding nothing, as if just
+ * before the last grant), then the oldest entry.  Without
  * the round robin, a user whose entry ends ties at the next grant with
  * the user waiting (both running one fewer) and wins it by age: with one
  * slot, a flood would run whole before another user's single entry.
@@ -79,6 +82,10 @@ static struct quser *qcore_user(struct qgroup *g, uid_t uid)
 	if (u == NULL)
 		return NULL;
 	u->uid = uid;
+	/* Its record goes whenever it holds nothing: as if served just
+	 * before the last grant, so that a user who queues one task at a
+	 * time takes its turn, not every turn. */
+	u->last_grant = g->grants > 0 ? g->grants - 1 : 0;
 	u->next = g->users;
 	g->users = u;
 	return u;
@@ -247,14 +254,16 @@ struct qent *qcore_pick(struct qgroup *g, int64_t now)
 		g->pass[c] += QCORE_STRIDE / (w > 0 ? w : 1);
 	} else {
 		/* A class counts as high as its oldest entry has aged
-		 * to; between equals, the older oldest entry. */
+		 * to; between equals, the one whose entry to grant is
+		 * older (its oldest may be one fair share holds back,
+		 * and would win every tie for a fresher one). */
 		int ccls = QCLS_N;
 		for (int k = 0; k < QCLS_N; k++) {
 			if (best[k] == NULL)
 				continue;
 			int a = qcore_aged(g, k, oldest[k]->enq_ns, now);
 			if (c < 0 || a < ccls || (a == ccls &&
-			    oldest[k]->seq < oldest[c]->seq)) {
+			    best[k]->seq < best[c]->seq)) {
 				c = k;
 				ccls = a;
 			}

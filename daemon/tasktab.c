@@ -326,6 +326,20 @@ static bool tasktab_evictable(const struct rtask *r)
 	return false;
 }
 
+/* Lock held.  Forgets u's oldest finished records beyond its caps; may
+ * free u (its last), no other uid. */
+static void tasktab_evict_user(struct tasktab_user *u)
+{
+	while (u != NULL && (u->nfinished > CONFIG_LIMIT(max_finished_per_user)
+	       || u->bytes > CONFIG_LIMIT(max_task_bytes_per_user))
+	       && u->fhead != NULL && tasktab_evictable(u->fhead)) {
+		bool last = u->nfinished == 1;
+		tasktab_evict_one(u->fhead);   /* may free u when last */
+		if (last)
+			u = NULL;
+	}
+}
+
 /*
  * Lock held.  Forgets the oldest finished records beyond the caps: first
  * the uid's own (max_finished_per_user) when `u` is given, then the
@@ -339,27 +353,24 @@ static void tasktab_evict(struct tasktab_user *u)
 {
 	if (tab.hold)
 		return;
-	while (u != NULL && (u->nfinished > CONFIG_LIMIT(max_finished_per_user)
-	       || u->bytes > CONFIG_LIMIT(max_task_bytes_per_user))
-	       && u->fhead != NULL && tasktab_evictable(u->fhead)) {
-		bool last = u->nfinished == 1;
-		tasktab_evict_one(u->fhead);   /* may free u when last */
-		if (last)
-			u = NULL;
-	}
+	if (u != NULL)
+		tasktab_evict_user(u);
 	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL
 	       && tasktab_evictable(tab.fhead))
 		tasktab_evict_one(tab.fhead);
 }
 
-/* Lock held.  Evicts beyond every uid's cap and the table's. */
+/* Lock held.  Evicts beyond every uid's cap and the table's.  The uids
+ * first, each freeing at most itself (the table's cap may free any). */
 static void tasktab_evict_all(void)
 {
+	if (tab.hold)
+		return;
 	for (size_t b = 0; b < TASKTAB_USER_BUCKETS; b++) {
 		struct tasktab_user *u = tab.users[b];
 		while (u != NULL) {
 			struct tasktab_user *next = u->next;
-			tasktab_evict(u);   /* may free u */
+			tasktab_evict_user(u);   /* may free u */
 			u = next;
 		}
 	}
@@ -394,7 +405,10 @@ static bool tasktab_room(struct tasktab_user *u, size_t bytes)
 	       tasktab_evictable(u->fhead))
 		tasktab_evict_one(u->fhead);
 	u->queued--;
-	return u->bytes + bytes <= cap;
+	/* Finished records left are ones whose end is not journaled yet
+	 * (or the recovery holds them): not the uid's unfinished tasks,
+	 * which alone refuse a spawn; they go once committed. */
+	return u->bytes + bytes <= cap || u->fhead != NULL;
 }
 
 /*

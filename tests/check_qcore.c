@@ -393,6 +393,92 @@ START_TEST(aging_across_users)
 }
 END_TEST
 
+/*
+ * The aging bound when fair share holds back a class's oldest entry: B
+ * runs an urgent task for good and has another urgent one queued, which
+ * C's stream of short urgent tasks always beats (C runs none at each
+ * grant).  A's low entry, queued after B's but before every one of C's,
+ * must start at the first grant after it counts as urgent; compared by
+ * the urgent class's oldest (B's), the class won every tie for C's.
+ */
+START_TEST(aging_past_held_back)
+{
+	enum { N = 1000 };
+	struct qgroup g;
+	struct ent *e = calloc(N, sizeof(*e));
+	int64_t aging = SEC, step = aging / 10, now = 0;
+	int id = 0, grants = 0;
+
+	ck_assert_ptr_nonnull(e);
+	qcore_init(&g);
+	g.parallel = 2;
+	g.aging_ns = aging;
+	push(&g, &e[id], id, 2, QCLS_URGENT, now), id++;
+	ck_assert_ptr_eq(pick(&g, now), &e[0]);     /* B's, for good */
+	push(&g, &e[id], id, 2, QCLS_URGENT, now), id++;   /* held back */
+	struct ent *low = &e[id];
+	push(&g, low, id, 1, QCLS_LOW, now), id++;
+	push(&g, &e[id], id, 3, QCLS_URGENT, now), id++;
+	struct ent *c = pick(&g, now);
+	ck_assert_int_eq(c->uid, 3);
+	for (;;) {
+		ck_assert_int_lt(id, N);
+		now += step;
+		push(&g, &e[id], id, 3, QCLS_URGENT, now), id++;
+		qcore_release(&g, &c->q);
+		c = pick(&g, now);
+		grants++;
+		if (c == low)
+			break;
+		ck_assert_int_eq(c->uid, 3);
+	}
+	ck_assert_int_ge(grants, (int)(3 * aging / step));
+	ck_assert_int_le(grants, (int)(3 * aging / step) + 1);
+	qcore_done(&g);
+	free(e);
+}
+END_TEST
+
+/*
+ * A user who queues one task at a time (its record goes whenever it holds
+ * nothing) takes its turn among users with backlogs, not every other
+ * grant: one slot, B, C and D backlogged, A one at a time.
+ */
+START_TEST(one_at_a_time_takes_turns)
+{
+	enum { GRANTS = 4000, PER = GRANTS + 1 };
+	struct qgroup g;
+	struct ent *e = calloc(4 * PER, sizeof(*e));
+	int got[4] = { 0 }, next[4] = { 0 };
+
+	ck_assert_ptr_nonnull(e);
+	qcore_init(&g);
+	g.parallel = 1;
+	for (int u = 1; u < 4; u++)
+		for (int i = 0; i < PER; i++)
+			push(&g, &e[u * PER + i], u * PER + i, (uid_t)u,
+			     QCLS_NORMAL, 0);
+	next[0] = 1;
+	push(&g, &e[0], 0, 0, QCLS_NORMAL, 0);
+	for (int n = 0; n < GRANTS; n++) {
+		struct ent *r = pick(&g, 0);
+		ck_assert_ptr_nonnull(r);
+		got[r->uid]++;
+		qcore_release(&g, &r->q);
+		if (r->uid == 0) {   /* A queues its next once one ended */
+			ck_assert_int_lt(next[0], PER);
+			push(&g, &e[next[0]], next[0], 0, QCLS_NORMAL, 0);
+			next[0]++;
+		}
+	}
+	for (int u = 0; u < 4; u++)
+		ck_assert_msg(got[u] >= GRANTS / 4 - 2 && got[u] <= GRANTS / 4 + 2,
+		              "user %d got %d of %d grants", u, got[u], GRANTS);
+	qcore_done(&g);
+	free(e);
+}
+END_TEST
+
 /* Between users with equal running counts the one granted least
  * recently wins; a user with fewer running tasks wins over an older
  * entry. */
@@ -445,21 +531,36 @@ END_TEST
  * Differential: random pushes, picks, releases and removals with several
  * users and classes in a strict group with aging, against a reference that
  * scans every queued entry: the class that counts highest (aging by the
- * wait of its oldest queued entry), the older oldest entry between equals;
- * in it the least (user's running, user's last grant, seq), a user's last
- * grant forgotten when it holds nothing in the group.
+ * wait of its oldest queued entry), the older fair-share pick between
+ * equals; in a class the least (user's
+ * running, user's last grant, seq), a user back after holding nothing in
+ * the group counting as served just before the last grant.
  */
 /* The reference's side of qcore_user_gc: a user holding nothing in the
- * group is new to it again. */
+ * group is new to it again (absent). */
 static void forget(const int *state, const struct ent *e, int pushed,
-                   const uint32_t *running_of, uint64_t *last_of, uid_t u)
+                   const uint32_t *running_of, bool *present, uid_t u)
 {
 	if (running_of[u] > 0)
 		return;
 	for (int i = 0; i < pushed; i++)
 		if (state[i] == 1 && e[i].uid == u)
 			return;
-	last_of[u] = 0;
+	present[u] = false;
+}
+
+/* The reference's fair share: whether queued entry i beats `best`. */
+static bool fairer(const struct ent *e, int i, int best,
+                   const uint32_t *running_of, const uint64_t *last_of)
+{
+	if (best < 0)
+		return true;
+	uid_t u = e[i].uid, v = e[best].uid;
+	if (running_of[u] != running_of[v])
+		return running_of[u] < running_of[v];
+	if (last_of[u] != last_of[v])
+		return last_of[u] < last_of[v];
+	return e[i].q.seq < e[best].q.seq;
 }
 
 START_TEST(differential)
@@ -473,6 +574,7 @@ START_TEST(differential)
 	int64_t now = 0;
 	uint32_t running_of[4] = { 0 };
 	uint64_t last_of[4] = { 0 }, grants = 0;
+	bool present[4] = { false };
 
 	ck_assert_ptr_nonnull(e);
 	qcore_init(&g);
@@ -483,6 +585,9 @@ START_TEST(differential)
 		now += rand_r(&seed) % (SEC / 4);
 		if (op < 4 && pushed < N) {
 			int u = rand_r(&seed) % 4, c = rand_r(&seed) % QCLS_N;
+			if (!present[u])   /* as if served before the last */
+				last_of[u] = grants > 0 ? grants - 1 : 0;
+			present[u] = true;
 			push(&g, &e[pushed], pushed, (uid_t)u, c, now);
 			state[pushed++] = 1;
 		} else if (op < 7) {
@@ -494,19 +599,10 @@ START_TEST(differential)
 			for (int i = 0; i < pushed; i++)
 				if (state[i] == 1 && oldest[e[i].cls] < 0)
 					oldest[e[i].cls] = i;   /* ids follow seq */
-			int cls = -1, ccls = QCLS_N;
-			for (int c = 0; c < QCLS_N; c++) {
-				if (oldest[c] < 0)
-					continue;
-				int64_t steps = (now - e[oldest[c]].q.enq_ns) / SEC;
-				int a = steps >= c ? 0 : c - (int)steps;
-				if (cls < 0 || a < ccls ||
-				    (a == ccls && oldest[c] < oldest[cls])) {
-					cls = c;
-					ccls = a;
-				}
-			}
-			int best = -1;
+			/* each class's fair-share pick */
+			int pick_of[QCLS_N];
+			for (int c = 0; c < QCLS_N; c++)
+				pick_of[c] = -1;
 			for (int i = 0; i < pushed; i++) {
 				if (state[i] != 1)
 					continue;
@@ -515,15 +611,22 @@ START_TEST(differential)
 				ck_assert_int_eq(steps >= e[i].cls ? 0
 				                 : e[i].cls - (int)steps,
 				                 qcore_class_now(&g, &e[i].q, now));
-				if (e[i].cls != cls)
+				if (fairer(e, i, pick_of[e[i].cls], running_of,
+				           last_of))
+					pick_of[e[i].cls] = i;
+			}
+			/* the class that counts highest; between equals,
+			 * the older pick */
+			int best = -1, ccls = QCLS_N;
+			for (int c = 0; c < QCLS_N; c++) {
+				if (oldest[c] < 0)
 					continue;
-				uid_t u = e[i].uid, v = best < 0 ? 0 : e[best].uid;
-				if (best < 0 || running_of[u] < running_of[v] ||
-				    (running_of[u] == running_of[v] &&
-				     (last_of[u] < last_of[v] ||
-				      (last_of[u] == last_of[v] &&
-				       e[i].q.seq < e[best].q.seq)))) {
-					best = i;
+				int64_t steps = (now - e[oldest[c]].q.enq_ns) / SEC;
+				int a = steps >= c ? 0 : c - (int)steps;
+				if (best < 0 || a < ccls ||
+				    (a == ccls && pick_of[c] < best)) {
+					best = pick_of[c];
+					ccls = a;
 				}
 			}
 			struct ent *r = pick(&g, now);
@@ -543,7 +646,7 @@ START_TEST(differential)
 					running_of[e[i].uid]--;
 					state[i] = 3;
 					forget(state, e, pushed, running_of,
-					       last_of, e[i].uid);
+					       present, e[i].uid);
 					break;
 				}
 			}
@@ -552,7 +655,7 @@ START_TEST(differential)
 			if (pushed > 0 && state[i] == 1) {
 				qcore_remove(&g, &e[i].q);
 				state[i] = 3;
-				forget(state, e, pushed, running_of, last_of,
+				forget(state, e, pushed, running_of, present,
 				       e[i].uid);
 			}
 		}
@@ -577,6 +680,8 @@ static Suite *qcore_suite(void)
 		{ "fair_share_aged", fair_share_aged },
 		{ "fair_share_one_slot", fair_share_one_slot },
 		{ "aging_across_users", aging_across_users },
+		{ "aging_past_held_back", aging_past_held_back },
+		{ "one_at_a_time_takes_turns", one_at_a_time_takes_turns },
 		{ "fair_share_ties", fair_share_ties },
 		{ "remove_pause_limit", remove_pause_limit },
 		{ "differential", differential },

@@ -347,6 +347,36 @@ START_TEST(fair_share_one_slot)
 END_TEST
 
 /*
+ * The urgent stream of the aging tests (aging: one SEC): a grant every
+ * tenth of an interval, each time the streaming user's running entry
+ * ends and a new one of its is queued.  `low` (a low entry, queued at
+ * `now`) must start not before it counts as urgent (3 intervals) and at
+ * the first grant after; every grant before goes to the stream.
+ */
+static void stream_until_low(struct qgroup *g, struct ent *e, int id, int n,
+                             struct ent *running, struct ent *low,
+                             int64_t now)
+{
+	int64_t step = SEC / 10;
+	uid_t streamer = running->uid;
+	int grants = 0;
+
+	for (;;) {
+		ck_assert_int_lt(id, n);
+		now += step;
+		push(g, &e[id], id, streamer, QCLS_URGENT, now), id++;
+		qcore_release(g, &running->q);
+		running = pick(g, now);
+		grants++;
+		if (running == low)
+			break;
+		ck_assert_int_eq(running->uid, streamer);
+	}
+	ck_assert_int_ge(grants, (int)(3 * SEC / step));
+	ck_assert_int_le(grants, (int)(3 * SEC / step) + 1);
+}
+
+/*
  * The aging bound across users (rokd.conf(5)): A holds one of two slots
  * for good; B's short urgent entries keep the other, a new one queued at
  * every grant, so at each grant B runs none and A one.  A's low entry
@@ -360,34 +390,20 @@ START_TEST(aging_across_users)
 	enum { N = 1000 };
 	struct qgroup g;
 	struct ent *e = calloc(N, sizeof(*e));
-	int64_t aging = SEC, step = aging / 10, now = 0;
-	int id = 0, grants = 0;
+	int64_t now = 0;
+	int id = 0;
 
 	ck_assert_ptr_nonnull(e);
 	qcore_init(&g);
 	g.parallel = 2;
-	g.aging_ns = aging;
+	g.aging_ns = SEC;
 	push(&g, &e[id], id, 1, QCLS_URGENT, now), id++;
 	ck_assert_ptr_eq(pick(&g, now), &e[0]);     /* A's, for good */
 	push(&g, &e[id], id, 2, QCLS_URGENT, now), id++;
 	struct ent *b = pick(&g, now);
 	struct ent *low = &e[id];
 	push(&g, low, id, 1, QCLS_LOW, now), id++;
-	for (;;) {
-		ck_assert_int_lt(id, N);
-		now += step;
-		push(&g, &e[id], id, 2, QCLS_URGENT, now), id++;
-		qcore_release(&g, &b->q);
-		b = pick(&g, now);
-		grants++;
-		if (b == low)
-			break;
-		ck_assert_int_eq(b->uid, 2);
-	}
-	/* Not before it counts as urgent (3 intervals), and at the first
-	 * grant after. */
-	ck_assert_int_ge(grants, (int)(3 * aging / step));
-	ck_assert_int_le(grants, (int)(3 * aging / step) + 1);
+	stream_until_low(&g, e, id, N, b, low, now);
 	qcore_done(&g);
 	free(e);
 }
@@ -406,13 +422,13 @@ START_TEST(aging_past_held_back)
 	enum { N = 1000 };
 	struct qgroup g;
 	struct ent *e = calloc(N, sizeof(*e));
-	int64_t aging = SEC, step = aging / 10, now = 0;
-	int id = 0, grants = 0;
+	int64_t now = 0;
+	int id = 0;
 
 	ck_assert_ptr_nonnull(e);
 	qcore_init(&g);
 	g.parallel = 2;
-	g.aging_ns = aging;
+	g.aging_ns = SEC;
 	push(&g, &e[id], id, 2, QCLS_URGENT, now), id++;
 	ck_assert_ptr_eq(pick(&g, now), &e[0]);     /* B's, for good */
 	push(&g, &e[id], id, 2, QCLS_URGENT, now), id++;   /* held back */
@@ -421,19 +437,7 @@ START_TEST(aging_past_held_back)
 	push(&g, &e[id], id, 3, QCLS_URGENT, now), id++;
 	struct ent *c = pick(&g, now);
 	ck_assert_int_eq(c->uid, 3);
-	for (;;) {
-		ck_assert_int_lt(id, N);
-		now += step;
-		push(&g, &e[id], id, 3, QCLS_URGENT, now), id++;
-		qcore_release(&g, &c->q);
-		c = pick(&g, now);
-		grants++;
-		if (c == low)
-			break;
-		ck_assert_int_eq(c->uid, 3);
-	}
-	ck_assert_int_ge(grants, (int)(3 * aging / step));
-	ck_assert_int_le(grants, (int)(3 * aging / step) + 1);
+	stream_until_low(&g, e, id, N, c, low, now);
 	qcore_done(&g);
 	free(e);
 }

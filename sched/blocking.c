@@ -107,7 +107,7 @@ struct blocking_thread {
 static struct blocking_pool {
 	pthread_mutex_t lock;
 	pthread_cond_t done;        /* shutdown waits for threads to leave */
-	rok_task *head, *tail;      /* queued jobs, linked by task->next */
+	rok_task *head, *tail;      /* queued jobs, linked by body->next */
 	struct blocking_thread *idle;
 	unsigned nthreads;          /* pool threads, being created included */
 	unsigned ncoming;           /* woken or being created for a job, not
@@ -204,8 +204,8 @@ static int blocking_job_new(rok_task **handle, rok_task **out,
 /* Frees a job that was refused: nobody else ever saw it. */
 static void blocking_job_drop(rok_task *t)
 {
-	rok_task_unref(t);      /* the handle's reference */
-	rok_task_unref(t);      /* the runtime's */
+	task_complete(t, NULL, false);  /* frees the body, the runtime's ref */
+	rok_task_unref(t);              /* the handle's */
 }
 
 /* Runs a job and ends its task with fn's value.  The task may be freed by
@@ -230,9 +230,9 @@ static void blocking_give_handle(rok_task **out, rok_task *t)
 
 static void blocking_queue_push(struct blocking_pool *p, rok_task *t)
 {
-	t->next = NULL;
+	task_body(t)->next = NULL;
 	if (p->tail != NULL)
-		p->tail->next = t;
+		task_body(p->tail)->next = t;
 	else
 		p->head = t;
 	p->tail = t;
@@ -240,7 +240,7 @@ static void blocking_queue_push(struct blocking_pool *p, rok_task *t)
 
 static void blocking_queue_push_front(struct blocking_pool *p, rok_task *t)
 {
-	t->next = p->head;
+	task_body(t)->next = p->head;
 	p->head = t;
 	if (p->tail == NULL)
 		p->tail = t;
@@ -251,10 +251,10 @@ static rok_task *blocking_queue_pop(struct blocking_pool *p)
 	rok_task *t = p->head;
 
 	if (t != NULL) {
-		p->head = t->next;
+		p->head = task_body(t)->next;
 		if (p->head == NULL)
 			p->tail = NULL;
-		t->next = NULL;
+		task_body(t)->next = NULL;
 	}
 	return t;
 }
@@ -264,16 +264,17 @@ static bool blocking_queue_unlink(struct blocking_pool *p, rok_task *t)
 {
 	rok_task *prev = NULL;
 
-	for (rok_task *q = p->head; q != NULL; prev = q, q = q->next) {
+	for (rok_task *q = p->head; q != NULL;
+	     prev = q, q = task_body(q)->next) {
 		if (q != t)
 			continue;
 		if (prev != NULL)
-			prev->next = q->next;
+			task_body(prev)->next = task_body(q)->next;
 		else
-			p->head = q->next;
+			p->head = task_body(q)->next;
 		if (p->tail == q)
 			p->tail = prev;
-		q->next = NULL;
+		task_body(q)->next = NULL;
 		return true;
 	}
 	return false;
@@ -388,8 +389,8 @@ static void blocking_cancel_queue(struct blocking_pool *p)
 		p->head = p->tail = NULL;
 		pthread_mutex_unlock(&p->lock);
 		while (t != NULL) {
-			rok_task *next = t->next;
-			t->next = NULL;
+			rok_task *next = task_body(t)->next;
+			task_body(t)->next = NULL;
 			task_complete(t, NULL, false);
 			t = next;
 		}

@@ -250,7 +250,7 @@ int rok_stop(void)
 	size_t live, before = SIZE_MAX;
 	for (;;) {
 		live = 0;
-		frame_for_each(executor_cancel_cb, &live);
+		frame_for_each_record(executor_cancel_cb, &live);
 		executor_drain_queues();
 		if (live == 0 || live >= before)
 			break;

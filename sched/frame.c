@@ -13,8 +13,9 @@
  * class are malloc'd one by one and kept on a list.
  *
  * Slabs are only returned at stop (frame_release_all), which is also the only
- * time frame_for_each walks them.  A frame's first word (the task's state) is
- * zero while the frame is free; the free-list link is the second word.
+ * time frame_for_each_record walks them (task records' class only).  A
+ * record's first word (the task's state) is zero while it is free; the
+ * free-list link is every frame's second word.
  *
  * A cache records the generation it was filled in; after a stop freed the
  * slabs a stale cache is dropped instead of used.
@@ -32,8 +33,9 @@
 #define CACHE_MAX    512     /* frames per class a cache keeps */
 #define BATCH        64      /* frames moved per depot trip */
 
+/* 40: the body of a task with an 8-byte frame (task.h). */
 static const uint32_t frame_class_size[FRAME_NCLASS] = {
-	48, 56, 64, 96, 128, 192, 256, 512
+	FRAME_RECORD_SIZE, 40, 48, 56, 64, 96, 128, 192, 256, 512
 };
 
 struct frame_slab {
@@ -209,7 +211,7 @@ void frame_cache_flush(struct frame_cache *c)
 			frame_spill(c, k, c->count[k]);
 }
 
-void frame_for_each(void (*fn)(void *frame, void *arg), void *arg)
+void frame_for_each_record(void (*fn)(void *frame, void *arg), void *arg)
 {
 	pthread_mutex_lock(&frame_depot.lock);
 	struct frame_slab *slabs = frame_depot.slabs;
@@ -218,15 +220,11 @@ void frame_for_each(void (*fn)(void *frame, void *arg), void *arg)
 	/* New slabs are pushed at the head, so walking from a snapshot of the
 	 * head sees every frame that existed when the walk started. */
 	for (struct frame_slab *s = slabs; s != NULL; s = s->next) {
-		uint32_t size = frame_class_size[s->cls];
+		if (s->cls != FRAME_RECORD_CLASS)
+			continue;
 		for (uint32_t i = 0; i < s->carved; i++)
-			fn(s->mem + (size_t)i * size, arg);
+			fn(s->mem + (size_t)i * FRAME_RECORD_SIZE, arg);
 	}
-	pthread_mutex_lock(&frame_depot.lock);
-	struct frame_large *l = frame_depot.large;
-	pthread_mutex_unlock(&frame_depot.lock);
-	for (; l != NULL; l = l->next)
-		fn(l->mem, arg);
 }
 
 void frame_release_all(void)

@@ -8,8 +8,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FRAME_NCLASS   8
+#define FRAME_NCLASS   10
 #define FRAME_LARGE    0xff        /* size_class of a malloc'd frame */
+
+/* Class 0 holds task records (task.h) and nothing else: every other
+ * request is bigger.  frame_for_each_record walks it. */
+#define FRAME_RECORD_SIZE  24
+#define FRAME_RECORD_CLASS 0
 
 /* One thread's cache: owner thread only. */
 struct frame_cache {
@@ -31,12 +36,12 @@ void frame_free(struct frame_cache *c, void *p, uint8_t cls);
 void frame_cache_flush(struct frame_cache *c);
 
 /*
- * Calls fn on every frame handed out and not freed (stop only: the caller
+ * Calls fn on every record handed out and not freed (stop only: the caller
  * guarantees no other thread allocates or frees meanwhile, and fn must not
- * free frames).  A frame's first
- * word is zero while it is free, so fn can tell live tasks apart.
+ * free frames).  A frame's first word is zero while it is free, so fn can
+ * tell live tasks apart.
  */
-void frame_for_each(void (*fn)(void *frame, void *arg), void *arg);
+void frame_for_each_record(void (*fn)(void *frame, void *arg), void *arg);
 
 /* Frees every slab and large frame; caches of all threads become stale. */
 void frame_release_all(void);

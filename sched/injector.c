@@ -14,8 +14,8 @@ void injector_push(struct injector *q, rok_task *t)
 	rok_task *head = atomic_load_explicit(&q->head, memory_order_relaxed);
 
 	do {
-		t->next = head;
-		/* Release: publishes the task's initialised frame and t->next
+		task_body(t)->next = head;
+		/* Release: publishes the task's initialised frame and its next
 		 * to the consumer's acquire exchange. */
 	} while (!atomic_compare_exchange_weak_explicit(&q->head, &head, t,
 	                                                memory_order_release,
@@ -34,8 +34,8 @@ rok_task *injector_take_all(struct injector *q)
 	int64_t n = 0;
 
 	while (t != NULL) {
-		rok_task *next = t->next;
-		t->next = fifo;
+		rok_task *next = task_body(t)->next;
+		task_body(t)->next = fifo;
 		fifo = t;
 		t = next;
 		n++;

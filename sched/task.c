@@ -21,8 +21,11 @@
  *
  * Joiners park on the task's own wait list, guarded by the TASK_JOIN_LOCK
  * bit of the state word (joins are rare next to wakes, so a bit beats a
- * lock word in every frame).  TASK_HAS_JOINER lets the finishing worker skip
- * the lock when nobody ever joined.
+ * lock word in every frame).  The list is in the body, which the finishing
+ * thread frees: in one hold of the lock it takes the whole list, stores the
+ * value in place of the body pointer and sets COMPLETE, so a joiner that
+ * locks later sees COMPLETE and never looks for the body; then it wakes the
+ * list's joiners without the lock.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -38,7 +41,32 @@
 static void task_free(rok_task *t)
 {
 	atomic_store_explicit(&t->state, 0, memory_order_relaxed);
-	frame_free(&executor_tls.cache, t, t->size_class);
+	frame_free(&executor_tls.cache, t, FRAME_RECORD_CLASS);
+}
+
+/* A record and a body of `size` frame bytes, linked; NULL when out of
+ * memory.  The state is the caller's to set. */
+static rok_task *task_alloc(struct frame_cache *c, size_t size)
+{
+	uint8_t rcls, bcls;
+	rok_task *t = frame_alloc(c, sizeof(*t), &rcls);
+
+	if (t == NULL)
+		return NULL;
+	struct task_body *b = frame_alloc(c, sizeof(*b) + size, &bcls);
+	if (b == NULL) {
+		frame_free(c, t, rcls);
+		return NULL;
+	}
+	t->u.body = b;
+	t->id = executor_next_id();
+	b->next = NULL;
+	b->joiners = NULL;
+	b->pc = 0;
+	b->home = TASK_HOME_ANY;
+	b->size_class = bcls;
+	b->flags = 0;
+	return t;
 }
 
 rok_task *rok_task_ref(rok_task *t)
@@ -65,13 +93,14 @@ void rok_task_unref(rok_task *t)
 void task_schedule(rok_task *t, bool from_self)
 {
 	struct worker *me = executor_tls.worker;
+	uint16_t home = task_body(t)->home;
 
-	if (t->home != TASK_HOME_ANY) {
+	if (home != TASK_HOME_ANY) {
 		if (me != NULL && worker_owns(me, t) &&
 		    worker_push_own(me, t) == 0)
 			return;
 		worker_push_remote(atomic_load_explicit(
-			&executor.workers[t->home], memory_order_relaxed), t);
+			&executor.workers[home], memory_order_relaxed), t);
 		return;
 	}
 	if (me != NULL) {
@@ -104,7 +133,7 @@ static void task_schedule_timed(rok_task *t)
 {
 	struct worker *me = executor_tls.worker;
 
-	if (t->home == TASK_HOME_ANY && me != NULL && !me->guest &&
+	if (task_body(t)->home == TASK_HOME_ANY && me != NULL && !me->guest &&
 	    !me->helper && !executor.thread_per_core) {
 		worker_push_timed(me, t);
 		return;
@@ -147,30 +176,24 @@ int task_spawn(rok_task **out, rok_poll_fn poll, const void *frame,
                size_t size, uint16_t home, bool local, bool cancelled)
 {
 	struct executor_thread *me = &executor_tls;
-	uint8_t cls;
 
 	if (out != NULL)
 		*out = NULL;
 	if (poll == NULL || (size > 0 && frame == NULL) ||
 	    size > SIZE_MAX / 2)
 		return -EINVAL;
-	rok_task *t = frame_alloc(&me->cache, sizeof(*t) + size, &cls);
+	rok_task *t = task_alloc(&me->cache, size);
 	if (t == NULL)
 		return -ENOMEM;
-	t->u.poll = poll;
-	t->id = executor_next_id();
-	t->next = NULL;
-	t->joiners = NULL;
-	t->pc = 0;
-	t->home = home;
-	t->size_class = cls;
-	t->flags = 0;
+	struct task_body *b = task_body(t);
+	b->poll = poll;
+	b->home = home;
 	/* Counted for block_on, which waits for these, and for the monitor,
 	 * which hands off no worker that has any (SPEC A6).  Not the tasks a
 	 * thread-per-core worker spawns: pinned to the worker, not its thread,
 	 * they may go on on another thread (SPEC A7). */
 	if (local) {
-		t->flags |= TASK_F_PINNED;
+		b->flags |= TASK_F_PINNED;
 		worker_set_pinned(me->worker, 1);
 	}
 	if (size > 0)
@@ -206,29 +229,11 @@ static void task_join_lock(rok_task *t)
 	}
 }
 
-static void task_join_unlock(rok_task *t, uint64_t set)
+static void task_join_unlock(rok_task *t)
 {
-	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
-
 	/* Release: publishes the list changes to the next holder. */
-	while (!atomic_compare_exchange_weak_explicit(
-		&t->state, &s, (s & ~(uint64_t)TASK_JOIN_LOCK) | set,
-		memory_order_release, memory_order_relaxed))
-		;
-}
-
-static void task_wake_joiners(rok_task *t)
-{
-	for (;;) {
-		task_join_lock(t);
-		rok_task *w = waitq_take(&t->joiners);
-		bool more = t->joiners != NULL;
-		task_join_unlock(t, 0);
-		if (w != NULL)
-			task_wake_by_val(w);
-		if (!more)
-			return;
-	}
+	atomic_fetch_and_explicit(&t->state, ~(uint64_t)TASK_JOIN_LOCK,
+	                          memory_order_release);
 }
 
 static void task_join_release(rok_waiter *w)
@@ -236,8 +241,19 @@ static void task_join_release(rok_waiter *w)
 	rok_task *t = w->queue;
 
 	task_join_lock(t);
-	waitq_unlink(&t->joiners, w);
-	task_join_unlock(t, 0);
+	if (!(atomic_load_explicit(&t->state, memory_order_relaxed) &
+	      TASK_COMPLETE)) {
+		waitq_unlink(&task_body(t)->joiners, w);
+		task_join_unlock(t);
+		return;
+	}
+	task_join_unlock(t);
+	/* task_complete took the list off the body and is waking its nodes
+	 * without the lock: `w` is its until marked woken.  Acquire: pairs
+	 * with waitq_take's release; nothing touches `w` after. */
+	while (atomic_load_explicit(&w->state, memory_order_acquire) ==
+	       WAITQ_QUEUED)
+		spin_pause();
 }
 
 /* Links a joiner unless `t` finished; false if it did. */
@@ -246,11 +262,11 @@ static bool task_join_link(rok_task *t, rok_waiter *w, rok_cx *cx)
 	task_join_lock(t);
 	if (atomic_load_explicit(&t->state, memory_order_acquire) &
 	    TASK_COMPLETE) {
-		task_join_unlock(t, 0);
+		task_join_unlock(t);
 		return false;
 	}
-	waitq_link(&t->joiners, w, cx, task_join_release, t);
-	task_join_unlock(t, TASK_HAS_JOINER);
+	waitq_link(&task_body(t)->joiners, w, cx, task_join_release, t);
+	task_join_unlock(t);
 	return true;
 }
 
@@ -286,10 +302,10 @@ rok_poll rok_join_err(rok_cx *cx, rok_join_op *op, rok_task *t, void **result,
 	 * between the cancel and this re-poll: the await macro, seeing the
 	 * cancelled state, releases and leaves.  (A first poll in cancelled
 	 * state never gets here.)  A task's value is kept, as any value an
-	 * await completed with is.  t->flags is read only now that `t` is
-	 * complete (acquire above): a running task writes it in its polls.
+	 * await completed with is.
 	 */
-	if ((t->flags & TASK_F_EXTERNAL) && rok_cx_cancelled(cx))
+	if ((atomic_load_explicit(&t->state, memory_order_relaxed) &
+	     TASK_EXTERNAL) && rok_cx_cancelled(cx))
 		return ROK_PENDING;
 	int e = task_result(t, result);
 	if (err != NULL) {
@@ -327,9 +343,10 @@ int rok_task_wait(rok_task *t, void **result)
 void task_run(rok_task *t)
 {
 	struct executor_thread *me = &executor_tls;
+	struct task_body *b = task_body(t);
 	void *result = NULL;
 	rok_cx cx = {
-		.task = t, .pc = &t->pc, .result = &result,
+		.task = t, .pc = &b->pc, .result = &result,
 	};
 
 	/* SCHEDULED -> RUNNING.  Acquire: with the queue's acquire pop, the
@@ -337,7 +354,7 @@ void task_run(rok_task *t)
 	atomic_fetch_xor_explicit(&t->state, TASK_SCHEDULED | TASK_RUNNING,
 	                          memory_order_acquire);
 	me->current = t;
-	rok_poll r = t->u.poll(&cx, task_frame(t));
+	rok_poll r = b->poll(&cx, task_frame(t));
 	me->current = NULL;
 
 	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
@@ -360,7 +377,7 @@ void task_run(rok_task *t)
 		return;
 	}
 
-	if ((t->flags & TASK_F_PINNED) && me->worker != NULL &&
+	if ((b->flags & TASK_F_PINNED) && me->worker != NULL &&
 	    atomic_load_explicit(&me->worker->pinned_live,
 	                         memory_order_relaxed) > 0)
 		worker_set_pinned(me->worker, -1);
@@ -369,44 +386,54 @@ void task_run(rok_task *t)
 
 void task_complete(rok_task *t, void *result, bool has_value)
 {
-	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
-	uint64_t n;
+	struct task_body *b = task_body(t);
+	rok_task *w;
 
-	if (has_value)
-		t->u.result = result;
-	do {
-		n = (s & ~(uint64_t)(TASK_RUNNING | TASK_NOTIFIED)) |
-		    TASK_COMPLETE | (has_value ? TASK_HAS_VALUE : 0);
-		/* Release: publishes the value to joiners. */
-	} while (!atomic_compare_exchange_weak_explicit(
-		&t->state, &s, n, memory_order_acq_rel, memory_order_relaxed));
 	/*
-	 * A joiner that held the lock when COMPLETE was set may be linking
-	 * itself (it sets HAS_JOINER only as it unlocks): take the lock and
-	 * look.  A joiner that locks later sees COMPLETE and does not link.
+	 * Only the runtime's reference left: no handle, no waker between
+	 * queue and wake, and a reference is only ever made from another, so
+	 * nobody can look at `t` again.  Acquire: the release of every other
+	 * reference (acq_rel) happens before the frees.
 	 */
-	if (s & (TASK_HAS_JOINER | TASK_JOIN_LOCK))
-		task_wake_joiners(t);
+	if ((atomic_load_explicit(&t->state, memory_order_acquire) >>
+	     TASK_REF_SHIFT) == 1) {
+		frame_free(&executor_tls.cache, b, b->size_class);
+		task_free(t);
+		return;
+	}
+	task_join_lock(t);
+	rok_waiter *joiners = b->joiners;
+	t->u.result = has_value ? result : NULL;
+	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
+	uint64_t c;
+	do {
+		c = (s & ~(uint64_t)(TASK_RUNNING | TASK_NOTIFIED |
+		                     TASK_JOIN_LOCK)) |
+		    TASK_COMPLETE | (has_value ? TASK_HAS_VALUE : 0);
+		/* Release: publishes the value to joiners, and unlocks. */
+	} while (!atomic_compare_exchange_weak_explicit(
+		&t->state, &s, c, memory_order_release, memory_order_relaxed));
+	/* The list is this thread's alone now (task_join_release).  A thread
+	 * waiting in rok_task_wait is woken inside waitq_take (NULL). */
+	while (joiners != NULL)
+		if ((w = waitq_take(&joiners)) != NULL)
+			task_wake_by_val(w);
+	frame_free(&executor_tls.cache, b, b->size_class);
 	rok_task_unref(t);   /* the runtime's reference */
 }
 
 int task_new_external(rok_task **out, size_t size)
 {
-	struct executor_thread *me = &executor_tls;
-	uint8_t cls;
-
 	*out = NULL;
-	rok_task *t = frame_alloc(&me->cache, sizeof(*t) + size, &cls);
+	rok_task *t = task_alloc(&executor_tls.cache, size);
 	if (t == NULL)
 		return -ENOMEM;
-	memset(t, 0, sizeof(*t) + size);
-	t->id = executor_next_id();
-	t->home = TASK_HOME_ANY;
-	t->size_class = cls;
-	t->flags = TASK_F_EXTERNAL;
+	task_body(t)->poll = NULL;
+	memset(task_frame(t), 0, size);
 	/* RUNNING for good: wakes and cancels only mark it, never queue it.
 	 * Relaxed: the caller publishes it with the handle. */
-	atomic_store_explicit(&t->state, TASK_RUNNING | 2 * TASK_REF_ONE,
+	atomic_store_explicit(&t->state,
+	                      TASK_RUNNING | TASK_EXTERNAL | 2 * TASK_REF_ONE,
 	                      memory_order_relaxed);
 	*out = t;
 	return 0;
@@ -434,7 +461,7 @@ bool task_cancel_for_stop(rok_task *t)
 {
 	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
 
-	if (s == 0 || (s & TASK_COMPLETE) || (t->flags & TASK_F_EXTERNAL))
+	if (s == 0 || (s & (TASK_COMPLETE | TASK_EXTERNAL)))
 		return false;   /* free, finished, or ended by its own driver */
 	rok_task_cancel(t);
 	return true;
@@ -496,15 +523,15 @@ void rok__bad_pc(uint32_t pc)
 
 rok_poll rok_yield_now(rok_cx *cx)
 {
-	rok_task *t = cx->task;
+	struct task_body *b = task_body(cx->task);
 
-	if (t->flags & TASK_F_YIELDED) {
-		t->flags &= (uint8_t)~TASK_F_YIELDED;
+	if (b->flags & TASK_F_YIELDED) {
+		b->flags &= (uint8_t)~TASK_F_YIELDED;
 		return ROK_READY;
 	}
-	t->flags |= TASK_F_YIELDED;
+	b->flags |= TASK_F_YIELDED;
 	/* We are RUNNING: NOTIFIED makes task_run queue us at the back. */
-	atomic_fetch_or_explicit(&t->state, TASK_NOTIFIED,
+	atomic_fetch_or_explicit(&cx->task->state, TASK_NOTIFIED,
 	                         memory_order_relaxed);
 	return ROK_PENDING;
 }

@@ -1,10 +1,11 @@
 /*
- * task.h — the task object: frame header, state word, reference counts.
+ * task.h — the task object: record, body, state word, reference counts.
  *
- * A task is one allocation: this header followed by the caller's frame.  The
- * state word holds the scheduling flags and the reference count together so
- * that a wake, which both changes the flags and moves a reference, is one
- * atomic read-modify-write.
+ * A task is two allocations: a record that handles point to (state word,
+ * value, id) and a body (what polling needs, then the caller's frame) that
+ * is freed when the task finishes.  The state word holds the scheduling
+ * flags and the reference count together so that a wake, which both changes
+ * the flags and moves a reference, is one atomic read-modify-write.
  *
  * References are held by: the runtime, from spawn until the task finished and
  * woke its joiners; each handle; and each waker that is between taking a
@@ -19,6 +20,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "frame.h"
 #include "rok/rok.h"
 
 struct worker;
@@ -31,7 +33,8 @@ enum {
 	TASK_CANCELLED  = 1u << 4,  /* cancel requested before it finished */
 	TASK_HAS_VALUE  = 1u << 5,  /* finished through its body: joinable value */
 	TASK_JOIN_LOCK  = 1u << 6,  /* guards the joiners list */
-	TASK_HAS_JOINER = 1u << 7,  /* a joiner was linked at some point */
+	TASK_EXTERNAL   = 1u << 7,  /* never polled: see task_new_external;
+	                               set at birth, never changes */
 };
 
 #define TASK_REF_SHIFT 16
@@ -40,21 +43,20 @@ enum {
 
 #define TASK_HOME_ANY  UINT16_MAX
 
-/* task->flags: owned by the thread polling the task. */
+/* body->flags: owned by the thread polling the task. */
 enum {
 	TASK_F_YIELDED = 1u << 0,   /* rok_yield_now gave way once already */
 	TASK_F_PINNED  = 1u << 1,   /* runs on its home's thread only; counted
 	                               in its home's pinned_live */
-	TASK_F_EXTERNAL = 1u << 2,  /* never polled: see task_new_external */
 };
 
-struct rok_task {
-	_Atomic uint64_t state;
-	union {                     /* poll until COMPLETE, then the value */
-		rok_poll_fn poll;
-		void *result;
-	} u;
-	uint64_t id;
+/*
+ * What a task needs only until it finishes, with its frame after it: freed
+ * as it finishes, so that a finished task that handles still name costs its
+ * 24-byte record alone (a million joined one by one: 23 MiB, not 53).
+ */
+struct task_body {
+	rok_poll_fn poll;
 	struct rok_task *next;      /* link in an injector stack */
 	rok_waiter *joiners;        /* under TASK_JOIN_LOCK */
 	uint32_t pc;                /* coroutine resume point */
@@ -63,11 +65,33 @@ struct rok_task {
 	uint8_t flags;              /* TASK_F_* */
 };
 
-_Static_assert(sizeof(struct rok_task) == 48, "task header grew");
+/*
+ * The record, which lives as long as a reference does.  u.body is read only
+ * by the thread polling the task, by whoever queues it (an idle task, which
+ * nobody else can finish meanwhile) and under TASK_JOIN_LOCK before
+ * COMPLETE; task_complete swaps in the value under that lock.
+ */
+struct rok_task {
+	_Atomic uint64_t state;
+	union {
+		struct task_body *body; /* until COMPLETE */
+		void *result;           /* then: the value, or NULL */
+	} u;
+	uint64_t id;
+};
+
+_Static_assert(sizeof(struct rok_task) == FRAME_RECORD_SIZE,
+               "the task record is frame.c's record class");
+_Static_assert(sizeof(struct task_body) == 32, "task body grew");
+
+static inline struct task_body *task_body(rok_task *t)
+{
+	return t->u.body;
+}
 
 static inline void *task_frame(rok_task *t)
 {
-	return (char *)t + sizeof(*t);
+	return (char *)t->u.body + sizeof(struct task_body);
 }
 
 /* Allocates and schedules a task; see rok_spawn.  home: TASK_HOME_ANY or a

@@ -170,7 +170,7 @@ void (*worker_push_remote_hook)(void);
  * thread of a thread-per-core worker. */
 static struct injector *worker_inbox_for(struct worker *home, rok_task *t)
 {
-	return home->own_deque && !(t->flags & TASK_F_PINNED)
+	return home->own_deque && !(task_body(t)->flags & TASK_F_PINNED)
 	               ? &home->shared_inbox
 	               : &home->inbox;
 }
@@ -254,7 +254,7 @@ void worker_push_local(struct worker *w, rok_task *t, bool from_self)
 
 int worker_push_own(struct worker *w, rok_task *t)
 {
-	if (w->own_deque && !(t->flags & TASK_F_PINNED))
+	if (w->own_deque && !(task_body(t)->flags & TASK_F_PINNED))
 		return deque_push(&w->deque, t);
 	return runq_push(&w->pinned, t);
 }
@@ -265,7 +265,7 @@ static rok_task *worker_take_list(struct worker *w, rok_task *t,
                                   rok_task *first)
 {
 	while (t != NULL) {
-		rok_task *next = t->next;
+		rok_task *next = task_body(t)->next;
 		if (first == NULL)
 			first = t;
 		else if (worker_push_own(w, t) < 0)
@@ -291,10 +291,10 @@ static rok_task *worker_take_remote(struct worker *w)
 	if (w->guest || first != NULL)
 		return first;
 	t = injector_take_all(&executor.injector);
-	if (t != NULL && t->next != NULL)
+	if (t != NULL && task_body(t)->next != NULL)
 		executor_notify();   /* a batch: let a thief share it */
 	while (t != NULL) {
-		rok_task *next = t->next;
+		rok_task *next = task_body(t)->next;
 		if (first == NULL)
 			first = t;
 		else
@@ -436,12 +436,13 @@ static void worker_tpc_keep(struct worker *w, rok_task *t, rok_task **first)
 
 	if (own && *first == NULL) {
 		*first = t;
-	} else if (t->home == TASK_HOME_ANY) {
+	} else if (task_body(t)->home == TASK_HOME_ANY) {
 		injector_push(&executor.injector, t);
 		executor_notify();
 	} else if (!own || worker_push_own(w, t) < 0) {
 		worker_push_remote(atomic_load_explicit(
-			&executor.workers[t->home], memory_order_relaxed), t);
+			&executor.workers[task_body(t)->home],
+			memory_order_relaxed), t);
 	}
 }
 
@@ -479,7 +480,7 @@ static rok_task *worker_tpc_steal(struct worker *w, bool with_root)
 			k = deque_steal(&v->deque, buf, WORKER_STEAL_MAX);
 	}
 	while (t != NULL) {
-		rok_task *next = t->next;
+		rok_task *next = task_body(t)->next;
 		worker_tpc_keep(w, t, &first);
 		t = next;
 	}

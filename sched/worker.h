@@ -113,10 +113,12 @@ void worker_push_local(struct worker *w, rok_task *t, bool from_self);
  * w's own tasks, which w's thread queues itself: a TASK_F_PINNED task homed
  * at w, or another task homed at w's home (thread-per-core).
  */
-static inline bool worker_owns(const struct worker *w, const rok_task *t)
+static inline bool worker_owns(const struct worker *w, rok_task *t)
 {
-	return (t->flags & TASK_F_PINNED) ? t->home == w->index
-	                                  : t->home == w->home;
+	const struct task_body *b = task_body(t);
+
+	return (b->flags & TASK_F_PINNED) ? b->home == w->index
+	                                  : b->home == w->home;
 }
 
 /*

@@ -112,9 +112,10 @@ typedef struct rok_waiter rok_waiter;
  */
 typedef rok_poll (*rok_poll_fn)(rok_cx *cx, void *frame);
 
-/* Frames up to this many bytes come from per-thread caches (the task's
- * header takes 48 more; a frame of up to 8 bytes makes a 56-byte task). */
-#define ROK_FRAME_CACHED_MAX 464
+/* Frames up to this many bytes come from per-thread caches (the frame sits
+ * behind 32 bytes the task needs while it runs; both go when it finishes,
+ * and a finished task a handle still names keeps 24 bytes). */
+#define ROK_FRAME_CACHED_MAX 480
 
 /*
  * Spawns a task that may run on any worker.  The runtime copies `size` bytes

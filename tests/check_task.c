@@ -3,6 +3,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #include "testutil.h"
@@ -55,7 +56,7 @@ static rok_poll big_poll(rok_cx *cx, void *frame)
 
 START_TEST(frames_of_all_sizes)
 {
-	size_t sizes[] = { 0, 1, 7, 8, 9, 40, 64, 100, 200, 400, 464, 465,
+	size_t sizes[] = { 0, 1, 7, 8, 9, 40, 64, 100, 200, 400, 480, 481,
 	                   1000, 5000, 70000 };
 
 	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
@@ -140,6 +141,84 @@ START_TEST(many_joiners)
 	}
 	ck_assert(rok_task_is_finished(target));
 	rok_task_unref(target);
+}
+END_TEST
+
+/*
+ * Joiners cancelled while their target finishes: a cancelled joiner's
+ * release meets the finishing thread, which has taken the joiners off the
+ * body it is about to free (task.c).  Each joiner ends with the value or
+ * cancelled, and no registration is left; the sanitizer builds see any
+ * use of the freed body.
+ */
+static _Atomic int race_gate;
+
+static rok_poll race_target_poll(rok_cx *cx, void *frame)
+{
+	(void)frame;
+	ROK_BEGIN(cx);
+	while (!atomic_load(&race_gate))
+		ROK_YIELD(cx);
+	ROK_RETURN(cx, 99);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+struct join_err {
+	rok_task *target;
+	void *v;
+	int err;
+	rok_join_op join;
+};
+
+static rok_poll join_err_poll(rok_cx *cx, void *frame)
+{
+	struct join_err *f = frame;
+
+	ROK_BEGIN(cx);
+	ROK_AWAIT(cx, rok_join_err(cx, &f->join, f->target, &f->v, &f->err));
+	ROK_RETURN(cx, f->v);
+	ROK_CLEANUP(cx);
+	ROK_END(cx);
+}
+
+START_TEST(joiners_cancelled_as_target_ends)
+{
+	enum { J = 16 };
+	long rounds = 5000;   /* not scaled: the sanitizers need the hits */
+	long got_value = 0, cancelled = 0;
+
+	for (long r = 0; r < rounds; r++) {
+		rok_task *target, *j[J];
+
+		atomic_store(&race_gate, 0);
+		ck_assert_int_eq(rok_spawn(&target, race_target_poll, NULL, 0),
+		                 0);
+		struct join_err jf = { .target = target };
+		for (int i = 0; i < J; i++)
+			ck_assert_int_eq(rok_spawn(&j[i], join_err_poll, &jf,
+			                           sizeof(jf)), 0);
+		while (rok_registrations() < J)
+			sched_yield();
+		/* Cancels from the back of the list, where the finishing
+		 * thread gets last. */
+		atomic_store(&race_gate, 1);
+		for (int i = J - 1; i >= 0; i--)
+			rok_task_cancel(j[i]);
+		for (int i = 0; i < J; i++) {
+			void *v = NULL;
+			int e = rok_task_wait(j[i], &v);
+			ck_assert(e == -ECANCELED || (e == 0 && v == (void *)99));
+			if (e == 0)
+				got_value++;
+			else
+				cancelled++;
+			rok_task_unref(j[i]);
+		}
+		rok_task_unref(target);
+	}
+	ck_assert_int_eq(rok_registrations(), 0);
+	ck_assert_int_eq(got_value + cancelled, rounds * J);
 }
 END_TEST
 
@@ -242,6 +321,7 @@ static Suite *task_suite(void)
 		{ "bad_arguments", spawn_rejects_bad_arguments },
 		{ "frame_sizes", frames_of_all_sizes },
 		{ "many_joiners", many_joiners },
+		{ "cancel_race", joiners_cancelled_as_target_ends },
 		{ "join_finished", join_finished_task },
 		{ "ids_handles", ids_and_handles },
 		{ "no_value", no_value_is_null },

@@ -4,12 +4,13 @@
  *
  * A job is an external task (task_new_external): never queued to a worker
  * or polled, ended by task_complete() with fn's value, which wakes whoever
- * joins it.  Its frame holds fn and arg, and the task header's `next` link,
+ * joins it.  Its frame holds fn and arg, and the task body's `next` link,
  * which only the injector uses and an external task never enters, links it
- * into the pool's FIFO queue: a job costs one frame from the spawner's cache
- * and no other allocation.  The task is freed when its last reference goes,
- * the runtime's (dropped by task_complete) or the handle's, so a job whose
- * awaiting task was cancelled just runs to its end and is freed then.
+ * into the pool's FIFO queue: a job costs a record and a body from the
+ * spawner's cache and no other allocation.  The body goes when the job
+ * ends (task_complete), the record when its last reference goes, the
+ * runtime's or the handle's, so a job whose awaiting task was cancelled
+ * just runs to its end and is freed then.
  *
  * Jobs and threads.  A new job joins the FIFO queue, and one thread is
  * sent for the job at its head unless one is already coming (`ncoming`):

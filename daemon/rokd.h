@@ -204,6 +204,8 @@ void quota_give(uid_t uid, int kind);
 /* Adds delta (negative: gives back) to what uid holds of a kind counted
  * in bytes; whether uid then holds more than its cap. */
 bool quota_add(uid_t uid, int kind, int64_t delta);
+/* Whether uid holds more than its cap of a kind counted in bytes. */
+bool quota_over(uid_t uid, int kind);
 uint64_t quota_cap(int kind);
 /*
  * Offloaded requests (conn_offload) of one uid in the blocking pool at

@@ -83,8 +83,8 @@ struct rtask {
 	uint64_t fin_seq;              /* finished: its journal update's seq
 	                                  (journal_finished), 0: none */
 	bool gone;                     /* pruned: no longer visible */
-	bool pending;                  /* spawn not committed yet: no event
-	                                  told of it (tasktab_committed) */
+	bool pending;                  /* spawn not announced yet: no event
+	                                  told of it (tasktab_announce) */
 	rok_task *handle;              /* the runtime task, until finished */
 	struct rtask *hnext;           /* hash chain */
 	struct rtask *prev, *next;     /* all records, in id order */
@@ -551,22 +551,35 @@ int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
 	return 0;
 }
 
-void tasktab_committed(struct rtask *r)
+/*
+ * Lock held.  Announces r if it is still pending: its `queued` event into
+ * *ev, to be published before any later event of r, and its count; false
+ * if it was announced already (or never pending: restored).
+ *
+ * A spawn is announced only once the journal has committed it, and before
+ * its first other event; that is, by the first of these to take the
+ * table's lock for it, all after the commit (the record is started only
+ * then), so the spawn costs no lock of its own for it:
+ * - tasktab_start, after kind_spawn (the commit's thread);
+ * - tasktab_set_life, for a gated record (gate_submit, the same thread);
+ * - tasktab_running or tasktab_finish, if the task's worker (or a failed
+ *   start) got there first.
+ * Numbered under the lock: a snapshot taken before left r out, one taken
+ * after has it and drops this event (cmd-watch.c).
+ */
+static bool tasktab_announce(struct rtask *r, struct events_ev *ev)
 {
-	pthread_mutex_lock(&tab.lock);
+	if (!r->pending)
+		return false;
 	r->pending = false;
-	/* Numbered now: a snapshot taken before left r out, one taken after
-	 * has it and drops this event (cmd-watch.c). */
-	struct events_ev ev = {
+	*ev = (struct events_ev){
 		.kind = EVENTS_STATE, .id = r->id, .uid = r->uid,
 		.state = RT_QUEUED, .time_us = r->spawned_us, .seq = ++tab.seq,
 	};
 	if (r->group != NULL)
-		snprintf(ev.group, sizeof(ev.group), "%s", r->group);
-	struct metrics_group *mg = r->mgroup;
-	pthread_mutex_unlock(&tab.lock);
-	metrics_task_state(mg, RT_QUEUED);
-	events_publish(&ev);
+		snprintf(ev->group, sizeof(ev->group), "%s", r->group);
+	metrics_task_state(r->mgroup, RT_QUEUED);
+	return true;
 }
 
 int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
@@ -713,6 +726,18 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 	 */
 	pthread_mutex_lock(&tab.lock);
 	r = tasktab_find(id);
+	/*
+	 * Announced here if its worker has not done it yet (tasktab_running,
+	 * tasktab_finish), and published under the lock: its worker's next
+	 * event takes the lock after this and is published after it, where
+	 * publishing after unlocking would let the two race to the reactor's
+	 * queue.  With nobody watching this is one atomic load; with a
+	 * watcher, an allocation and the reactor's queue lock, whose holders
+	 * never take the table's.
+	 */
+	struct events_ev qev;
+	if (r != NULL && tasktab_announce(r, &qev))
+		events_publish(&qev);
 	if (r != NULL && (r->state == RT_QUEUED || r->state == RT_RUNNING) &&
 	    r->run == run) {
 		r->handle = h;   /* kept for join, race and cancel */
@@ -767,9 +792,10 @@ int tasktab_start_packed(struct rtask *r, const uint8_t *spec, size_t len,
 
 void tasktab_running(struct rtask *r)
 {
-	struct events_ev ev;
+	struct events_ev ev, qev;
 
 	pthread_mutex_lock(&tab.lock);
+	bool announced = tasktab_announce(r, &qev);
 	bool started = r->state == RT_QUEUED;
 	if (started) {
 		tasktab_set_state(r, RT_RUNNING, &ev);
@@ -777,6 +803,8 @@ void tasktab_running(struct rtask *r)
 	}
 	uint64_t id = r->id, us = r->started_us, spawned = r->spawned_us;
 	pthread_mutex_unlock(&tab.lock);
+	if (announced)
+		events_publish(&qev);
 	if (started) {
 		journal_started(id, us);
 		events_publish(&ev);
@@ -820,9 +848,12 @@ static bool tasktab_requeue(struct rtask *r, const struct rt_outcome *o,
 
 bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 {
-	struct events_ev ev;
+	struct events_ev ev, qev;
 
 	pthread_mutex_lock(&tab.lock);
+	/* A task that ends before its start announced it (it could not
+	 * start, or its worker was quicker). */
+	bool announced = tasktab_announce(r, &qev);
 	if (tasktab_requeue(r, o, &ev)) {
 		uint64_t id = r->id, nb = r->not_before_us;
 		uint32_t run = r->run;
@@ -833,6 +864,8 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 		free(o->value);
 		o->value = NULL;
 		rok_task_unref(h);   /* as below: the runner holds its own */
+		if (announced)
+			events_publish(&qev);
 		events_publish(&ev);   /* queued again: a state, not an end */
 		gate_retry(id, nb);
 		return false;
@@ -906,6 +939,8 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 	tasktab_evict(u);   /* r may go here */
 	pthread_mutex_unlock(&tab.lock);
 	/* Watchers and followers of its output see the end. */
+	if (announced)
+		events_publish(&qev);
 	events_publish(&ev);
 	if (jf.started_us != 0)
 		metrics_observe(METRICS_RUN_TIME, (int64_t)jf.finished_us -
@@ -1388,11 +1423,18 @@ bool tasktab_cancel_seen(struct rtask *r)
 
 void tasktab_set_life(struct rtask *r, rok_task *life)
 {
+	struct events_ev qev;
+
 	pthread_mutex_lock(&tab.lock);
+	/* Published after unlocking: nothing else happens to r before
+	 * gate_submit, on this thread, has entered it in the gate. */
+	bool announced = tasktab_announce(r, &qev);
 	r->gated = true;
 	rok_task_unref(r->life);
 	r->life = life;
 	pthread_mutex_unlock(&tab.lock);
+	if (announced)
+		events_publish(&qev);
 }
 
 void tasktab_set_wait(struct rtask *r, uint64_t dep, uint64_t not_before_us)

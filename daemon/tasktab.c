@@ -215,7 +215,8 @@ static struct tasktab_user *tasktab_user_get(uid_t uid)
 	return u;
 }
 
-/* Lock held.  Frees u once it holds nothing. */
+/* Lock held.  Frees u once it holds nothing: called by whoever is done
+ * with u (nothing that removes a record frees its uid's on its own). */
 static void tasktab_user_put(struct tasktab_user *u)
 {
 	if (u->queued != 0 || u->running != 0 || u->nfinished != 0)
@@ -264,7 +265,9 @@ static void tasktab_grow(void)
 }
 
 /* Lock held.  Takes r out of the hash and the id list and frees it; the
- * caller took it off the finished FIFO (or it was never on it). */
+ * caller took it off the finished FIFO (or it was never on it).  Its uid's
+ * record stays, even holding nothing now: the caller puts it
+ * (tasktab_user_put) once done with it. */
 static void tasktab_unlink(struct rtask *r)
 {
 	struct rtask **p = &tab.buckets[tasktab_bucket(r->id)];
@@ -284,12 +287,13 @@ static void tasktab_unlink(struct rtask *r)
 	tab.counts[r->state]--;
 	tasktab_user_count(r, -1);
 	r->user->bytes -= r->bytes;
-	tasktab_user_put(r->user);
 	tasktab_free_record(r);
 }
 
 /* Lock held.  Takes a finished record, the oldest of its uid, off both
- * FIFOs and forgets it. */
+ * FIFOs and forgets it.  Never frees its uid's record, so a caller that
+ * holds that record (a loop over its FIFO, a spawn making room) keeps it:
+ * the caller puts it (tasktab_user_put) once done. */
 static void tasktab_evict_one(struct rtask *r)
 {
 	struct tasktab_user *u = r->user;
@@ -326,18 +330,14 @@ static bool tasktab_evictable(const struct rtask *r)
 	return false;
 }
 
-/* Lock held.  Forgets u's oldest finished records beyond its caps; may
- * free u (its last), no other uid. */
+/* Lock held.  Forgets u's oldest finished records beyond its caps; frees
+ * no uid's record, not even u's. */
 static void tasktab_evict_user(struct tasktab_user *u)
 {
-	while (u != NULL && (u->nfinished > CONFIG_LIMIT(max_finished_per_user)
-	       || u->bytes > CONFIG_LIMIT(max_task_bytes_per_user))
-	       && u->fhead != NULL && tasktab_evictable(u->fhead)) {
-		bool last = u->nfinished == 1;
-		tasktab_evict_one(u->fhead);   /* may free u when last */
-		if (last)
-			u = NULL;
-	}
+	while ((u->nfinished > CONFIG_LIMIT(max_finished_per_user) ||
+	        u->bytes > CONFIG_LIMIT(max_task_bytes_per_user)) &&
+	       u->fhead != NULL && tasktab_evictable(u->fhead))
+		tasktab_evict_one(u->fhead);
 }
 
 /*
@@ -347,7 +347,10 @@ static void tasktab_evict_user(struct tasktab_user *u)
  * close to their cap; memory stays bounded either way.  It stops at a
  * record whose finish is not committed: the FIFOs are in finish order,
  * which is the order of the journal's queue, so the ones behind are not
- * committed either.
+ * committed either.  Frees the record of a uid other than u that the
+ * table's cap leaves holding nothing, never u's: the caller, who holds u,
+ * puts it.  (So a caller holding another uid's record must know that it
+ * holds something: tasktab_insert's holds the record just inserted.)
  */
 static void tasktab_evict(struct tasktab_user *u)
 {
@@ -356,12 +359,17 @@ static void tasktab_evict(struct tasktab_user *u)
 	if (u != NULL)
 		tasktab_evict_user(u);
 	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL
-	       && tasktab_evictable(tab.fhead))
+	       && tasktab_evictable(tab.fhead)) {
+		struct tasktab_user *owner = tab.fhead->user;
 		tasktab_evict_one(tab.fhead);
+		if (owner != u)
+			tasktab_user_put(owner);
+	}
 }
 
 /* Lock held.  Evicts beyond every uid's cap and the table's.  The uids
- * first, each freeing at most itself (the table's cap may free any). */
+ * first, each put (freed if empty) only once its eviction is done and the
+ * next is known; then the table's cap, with no uid held. */
 static void tasktab_evict_all(void)
 {
 	if (tab.hold)
@@ -370,7 +378,8 @@ static void tasktab_evict_all(void)
 		struct tasktab_user *u = tab.users[b];
 		while (u != NULL) {
 			struct tasktab_user *next = u->next;
-			tasktab_evict_user(u);   /* may free u */
+			tasktab_evict_user(u);
+			tasktab_user_put(u);   /* may free u, no other */
 			u = next;
 		}
 	}
@@ -398,13 +407,11 @@ static bool tasktab_room(struct tasktab_user *u, size_t bytes)
 {
 	uint64_t cap = CONFIG_LIMIT(max_task_bytes_per_user);
 
-	/* The new record is not counted yet: without this, evicting u's
-	 * last finished record would free u under the caller. */
-	u->queued++;
+	/* u stays even if this evicts its last record (tasktab_evict_one):
+	 * the caller inserts the new record into it, or puts it. */
 	while (u->bytes + bytes > cap && u->fhead != NULL && !tab.hold &&
 	       tasktab_evictable(u->fhead))
 		tasktab_evict_one(u->fhead);
-	u->queued--;
 	/* Finished records left are ones whose end is not journaled yet
 	 * (or the recovery holds them): not the uid's unfinished tasks,
 	 * which alone refuse a spawn; they go once committed. */
@@ -629,7 +636,9 @@ uint64_t tasktab_next_id(void)
 void tasktab_discard(struct rtask *r)
 {
 	pthread_mutex_lock(&tab.lock);
+	struct tasktab_user *u = r->user;
 	tasktab_unlink(r);   /* queued, never started: not on the FIFO */
+	tasktab_user_put(u);
 	pthread_mutex_unlock(&tab.lock);
 }
 
@@ -937,6 +946,7 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 		 * its poll ended: the next start has no group to look for. */
 		journal_exec_gone(jf.id);
 	tasktab_evict(u);   /* r may go here */
+	tasktab_user_put(u);   /* and u with it, if it was u's last */
 	pthread_mutex_unlock(&tab.lock);
 	/* Watchers and followers of its output see the end. */
 	if (announced)

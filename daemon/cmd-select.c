@@ -53,7 +53,6 @@ static void select_done(void *arg, int err, const char *msg)
 		/* Before the start: a record that fails may be evicted. */
 		if (ids != NULL)
 			ids[i] = tasktab_id(p->task[i].rec);
-		tasktab_committed(p->task[i].rec);
 		if (p->task[i].gated)
 			(void)gate_submit_packed(p->task[i].rec,
 			                         p->task[i].spec,

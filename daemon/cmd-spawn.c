@@ -105,7 +105,7 @@ static void cmd_spawn_done(void *arg, int err, const char *msg)
 		return;
 	}
 	uint64_t id = tasktab_id(p->rec);   /* before it may finish */
-	tasktab_committed(p->rec);   /* watchers hear of it from here on */
+	/* Watchers hear of it once it is started (see tasktab_create). */
 	if (spawn_answered_by_task(p)) {
 		/* The task answers when it ends (now if it cannot start),
 		 * ending the wait begun. */

@@ -13,11 +13,11 @@
  * worker's in one allocation with its delivery.  Replies are queued on the
  * bufferevent's output; a client that lets more than config.max_output
  * bytes pile up is disconnected, and nobody else notices.  What all of a
- * uid's connections hold queued is counted too (quota.c, exactly, by a
- * callback on each output buffer): past max_output_per_user, a connection
- * that adds to it while holding more than CONN_OUTPUT_SLACK is closed, so
- * that a client that does not read cannot multiply max_output by its
- * connections, while the uid's connections that read (their replies go
+ * uid's connections hold queued is counted too (quota.c, by a callback on
+ * each output buffer, in steps: see conn_out_cb): past max_output_per_user,
+ * a connection that adds to it while holding more than CONN_OUTPUT_SLACK is
+ * closed, so that a client that does not read cannot multiply max_output by
+ * its connections, while the uid's connections that read (their replies go
  * out at once) are left alone.
  *
  * Per uid (quota.c): a connection over max_connections_per_user is kept
@@ -84,7 +84,10 @@ struct conn {
 	                             at its first request, then closed */
 	bool dead;                /* closed: no more reading or writing */
 	bool draining;            /* shutdown: close once flushed and answered */
-	bool user_over;           /* its uid is past max_output_per_user */
+	bool user_over;           /* its uid is past max_output_per_user, as
+	                             of its last step (conn_out_cb) */
+	size_t out_counted;       /* its output as its uid's count has it:
+	                             rounded down to CONN_OUTPUT_STEP */
 	struct evbuffer_cb_entry *out_cb; /* counts its output for the uid */
 	struct conn_stream *streams; /* its streams in progress */
 	rok_task **waiters;       /* owned refs: its waits' runtime tasks,
@@ -106,6 +109,11 @@ static struct {
 
 /* Queued bytes a connection may hold whatever its uid holds elsewhere. */
 #define CONN_OUTPUT_SLACK (64u << 10)
+/* The unit in which a connection's output is counted for its uid (see
+ * conn_out_cb): a power of 2, and at most CONN_OUTPUT_SLACK, so that a
+ * connection holding more than the slack has been counted (and told
+ * whether its uid is over) at least once. */
+#define CONN_OUTPUT_STEP (64u << 10)
 
 static void conn_read_cb(struct bufferevent *bev, void *arg);
 static void conn_write_cb(struct bufferevent *bev, void *arg);
@@ -352,11 +360,13 @@ static void conn_close(struct conn *c, const char *why)
 		          (unsigned long long)c->serial, (unsigned)c->uid, why);
 	struct evbuffer *out = bufferevent_get_output(c->bev);
 	if (c->out_cb != NULL) {
-		/* Freeing the buffer runs no callback: what it held is
+		/* Freeing the buffer runs no callback: what it counted is
 		 * given back here. */
 		(void)evbuffer_remove_cb_entry(out, c->out_cb);
-		(void)quota_add(c->uid, QUOTA_OUTPUT,
-		                -(int64_t)evbuffer_get_length(out));
+		if (c->out_counted > 0)
+			(void)quota_add(c->uid, QUOTA_OUTPUT,
+			                -(int64_t)c->out_counted);
+		c->out_counted = 0;
 	}
 	bufferevent_free(c->bev);   /* closes the socket */
 	c->bev = NULL;
@@ -372,20 +382,43 @@ static void conn_close(struct conn *c, const char *why)
 	conn_unref(c);              /* the connection's own reference */
 }
 
-/* Every change of a connection's output: its uid's count follows. */
+/*
+ * Every change of a connection's output: its uid's count follows, in
+ * steps.  The uid is counted the connection's queued bytes rounded down to
+ * a multiple of CONN_OUTPUT_STEP, so the quota's lock is taken only when
+ * the queue crosses a multiple: never while it stays under 64 KiB, as the
+ * queue of a client that reads its replies does (pipelined or not), where
+ * counting each change took it for every reply queued and every write
+ * that drained some.  What that costs the cap:
+ *
+ * - The uid's count is short of what its connections hold by less than
+ *   CONN_OUTPUT_STEP per connection.  Together with the slack each
+ *   connection has anyway (CONN_OUTPUT_SLACK: one holding that much is
+ *   never closed), the uid's connections hold at most max_output_per_user
+ *   + 64 KiB per connection + one reply, as before.
+ * - A connection learns that its uid is over the cap (user_over) at its
+ *   own steps, not at each reply: once the uid is over, a connection
+ *   holding more than CONN_OUTPUT_SLACK is closed when it is sent more, at
+ *   the latest when its queue crosses its next multiple of 64 KiB (within
+ *   the 64 KiB per connection above).  conn_queue checks the uid's count
+ *   again before closing, so a connection is not closed on a stale word
+ *   after its uid went back under the cap.
+ */
 static void conn_out_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info,
                         void *arg)
 {
 	struct conn *c = arg;
+	size_t counted = evbuffer_get_length(buf) &
+	                 ~(size_t)(CONN_OUTPUT_STEP - 1);
 
-	(void)buf;
-	if (info->n_added == info->n_deleted)
+	(void)info;
+	if (counted == c->out_counted)
 		return;
 	/* Both are bounded by what one buffer can hold (size_t, far below
 	 * INT64_MAX). */
-	c->user_over = quota_add(c->uid, QUOTA_OUTPUT,
-	                         (int64_t)info->n_added -
-	                         (int64_t)info->n_deleted);
+	int64_t delta = (int64_t)counted - (int64_t)c->out_counted;
+	c->out_counted = counted;
+	c->user_over = quota_add(c->uid, QUOTA_OUTPUT, delta);
 }
 
 void conn_accept(int fd)
@@ -662,7 +695,10 @@ static void conn_queue(struct conn *c, const uint8_t *frame, size_t len)
 	size_t queued = evbuffer_get_length(out);
 	if (queued > config.max_output)
 		conn_close(c, "client does not read its replies");
-	else if (c->user_over && queued > CONN_OUTPUT_SLACK)
+	else if (c->user_over && queued > CONN_OUTPUT_SLACK &&
+	         (c->user_over = quota_over(c->uid, QUOTA_OUTPUT)))
+		/* Checked again (rare: its uid was over at its last step),
+		 * as others' replies may have gone out since. */
 		conn_close(c, "client does not read its replies (its uid's "
 		           "connections hold more than max_output_per_user)");
 }

@@ -8,31 +8,29 @@
  * behind them: O(U) per grant for U users, however many entries are
  * queued (one user's 10,000 entries cost the same as one).
  *
- * Strict (the default): the class that counts highest gets the slot,
- * where a class rises one step per aging interval its oldest queued entry
- * has waited (so a low entry counts as urgent after 3 intervals at most);
+ * Strict (the default): the class that counts highest gets the slot, where
+ * a class rises one step per aging interval its oldest queued entry has
+ * waited (so a low entry counts as urgent after 3 intervals at most);
  * between classes that count the same, the one whose entry to grant (its
- * fair share's pick) is older.  Fair share picks among the class's
- * users.  Aging raises a
- * whole class, never one user's entries over another's of the same
- * class: else a user whose backlog has aged would beat another's fresh
- * entry of the same class whatever the running counts, and fair share
+ * fair share's pick) is older.  Fair share picks among the class's users.
+ * Aging raises a whole class, never one user's entries over another's of
+ * the same class: else a user whose backlog has aged would beat another's
+ * fresh entry of the same class whatever the running counts, and fair share
  * would wait for aging.  Classes are not compared by their users' running
  * counts: an aged low entry would then lose every tie with a stream of
- * fresh urgent entries from a user whose short tasks end before each
- * grant, for ever.  So once an entry counts as urgent, only classes that
- * count as urgent too with an entry to grant queued before it, and users
- * of its own class ahead of its user by fair share (and such entries
- * queued before theirs), can start before it: the bound rokd.conf(5)
- * states.
+ * fresh urgent entries from a user whose short tasks end before each grant,
+ * for ever.  So once an entry counts as urgent, only classes that count as
+ * urgent too with an entry to grant queued before it, and users of its own
+ * class ahead of its user by fair share (and such entries queued before
+ * theirs), can start before it: the bound rokd.conf(5) states.
  *
  * Fair share, between the heads of one class: the user with the fewest
- * running entries in the group, then the one granted least recently (a
- * user new to the group, or back after holding nothing, as if just
- * before the last grant), then the oldest entry.  Without
- * the round robin, a user whose entry ends ties at the next grant with
- * the user waiting (both running one fewer) and wins it by age: with one
- * slot, a flood would run whole before another user's single entry.
+ * running entries in the group, then the one granted least recently (a user
+ * new to the group, or back after holding nothing, as if just before the
+ * last grant), then the oldest entry.  Without the round robin, a user
+ * whose entry ends ties at the next grant with the user waiting (both
+ * running one fewer) and wins it by age: with one slot, a flood would run
+ * whole before another user's single entry.
  *
  * Weighted: stride scheduling over the classes.  Each class has a pass;
  * a grant goes to the class with queued entries whose pass is lowest, and

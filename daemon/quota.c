@@ -7,14 +7,15 @@
  * (max_waits_per_user: every request counted by conn_begin_wait, over all of
  * the uid's connections), logs and watch streams (max_followers_per_user)
  * and the bytes of replies queued on all of the uid's connections
- * (max_output_per_user, counted by quota_add).  Queued tasks
- * (max_queued_per_user), queued + running tasks (max_running_per_user) and
- * the bytes of their arguments and results (max_task_bytes_per_user) are
- * counted by tasktab.c under the task table's lock, which every change of
- * a task's state already holds; they are in the table below for their
- * keys and messages (quota_explain).  Root is counted like everyone: a
- * root client holding thousands of streams starves others just the same,
- * and an administrator who wants more raises the caps.
+ * (max_output_per_user, counted by quota_add in 64 KiB steps of each
+ * connection, see conn_out_cb).  Queued tasks (max_queued_per_user),
+ * queued + running tasks (max_running_per_user) and the bytes of their
+ * arguments and results (max_task_bytes_per_user) are counted by
+ * tasktab.c under the task table's lock, which every change of a task's
+ * state already holds; they are in the table below for their keys and
+ * messages (quota_explain).  Root is counted like everyone: a root client
+ * holding thousands of streams starves others just the same, and an
+ * administrator who wants more raises the caps.
  *
  * Offloaded requests (conn_offload) are limited per uid as well, but
  * queued rather than refused: at most QUOTA_JOBS_RUNNING of a uid's run
@@ -158,6 +159,15 @@ bool quota_add(uid_t uid, int kind, int64_t delta)
 		over = u->held[kind] > quota_cap(kind);
 		quota_drop_if_idle(u);
 	}
+	pthread_mutex_unlock(&quota.lock);
+	return over;
+}
+
+bool quota_over(uid_t uid, int kind)
+{
+	pthread_mutex_lock(&quota.lock);
+	struct quota_user *u = quota_find(uid, false);
+	bool over = u != NULL && u->held[kind] > quota_cap(kind);
 	pthread_mutex_unlock(&quota.lock);
 	return over;
 }

@@ -204,6 +204,8 @@ void quota_give(uid_t uid, int kind);
 /* Adds delta (negative: gives back) to what uid holds of a kind counted
  * in bytes; whether uid then holds more than its cap. */
 bool quota_add(uid_t uid, int kind, int64_t delta);
+/* Whether uid holds more than its cap of a kind counted in bytes. */
+bool quota_over(uid_t uid, int kind);
 uint64_t quota_cap(int kind);
 /*
  * Offloaded requests (conn_offload) of one uid in the blocking pool at
@@ -276,17 +278,14 @@ void tasktab_free(void);
  * Creates a queued task for `uid` from `spec` (validated by the caller),
  * with a fresh id.  -EAGAIN when config.max_queued tasks are queued,
  * -EDQUOT when uid has max_queued_per_user queued, -EUSERS when it has
- * max_running_per_user queued and running, -ENOMEM.
+ * max_running_per_user queued and running, -ENOMEM.  The record is told
+ * to no watcher (not even in a snapshot of all tasks) and not counted in
+ * the metrics until it is started (tasktab_start, gate_submit), which the
+ * caller does once the journal committed its spawn: so one whose spawn
+ * the journal refuses (tasktab_discard) never seems to start.
  */
 int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
                    struct rtask **out);
-/*
- * Any thread: the journal committed r's spawn; publishes its `queued`
- * event and counts it.  Before this a record is told to no watcher (not
- * even in a snapshot of all tasks), so one whose spawn the journal refuses
- * (tasktab_discard) never seems to start.  Called before r is started.
- */
-void tasktab_committed(struct rtask *r);
 
 /*
  * Who to answer when a task ends: a spawn --wait without a wait timeout

@@ -83,8 +83,8 @@ struct rtask {
 	uint64_t fin_seq;              /* finished: its journal update's seq
 	                                  (journal_finished), 0: none */
 	bool gone;                     /* pruned: no longer visible */
-	bool pending;                  /* spawn not committed yet: no event
-	                                  told of it (tasktab_committed) */
+	bool pending;                  /* spawn not announced yet: no event
+	                                  told of it (tasktab_announce) */
 	rok_task *handle;              /* the runtime task, until finished */
 	struct rtask *hnext;           /* hash chain */
 	struct rtask *prev, *next;     /* all records, in id order */
@@ -215,7 +215,8 @@ static struct tasktab_user *tasktab_user_get(uid_t uid)
 	return u;
 }
 
-/* Lock held.  Frees u once it holds nothing. */
+/* Lock held.  Frees u once it holds nothing: called by whoever is done
+ * with u (nothing that removes a record frees its uid's on its own). */
 static void tasktab_user_put(struct tasktab_user *u)
 {
 	if (u->queued != 0 || u->running != 0 || u->nfinished != 0)
@@ -264,7 +265,9 @@ static void tasktab_grow(void)
 }
 
 /* Lock held.  Takes r out of the hash and the id list and frees it; the
- * caller took it off the finished FIFO (or it was never on it). */
+ * caller took it off the finished FIFO (or it was never on it).  Its uid's
+ * record stays, even holding nothing now: the caller puts it
+ * (tasktab_user_put) once done with it. */
 static void tasktab_unlink(struct rtask *r)
 {
 	struct rtask **p = &tab.buckets[tasktab_bucket(r->id)];
@@ -284,12 +287,13 @@ static void tasktab_unlink(struct rtask *r)
 	tab.counts[r->state]--;
 	tasktab_user_count(r, -1);
 	r->user->bytes -= r->bytes;
-	tasktab_user_put(r->user);
 	tasktab_free_record(r);
 }
 
 /* Lock held.  Takes a finished record, the oldest of its uid, off both
- * FIFOs and forgets it. */
+ * FIFOs and forgets it.  Never frees its uid's record, so a caller that
+ * holds that record (a loop over its FIFO, a spawn making room) keeps it:
+ * the caller puts it (tasktab_user_put) once done. */
 static void tasktab_evict_one(struct rtask *r)
 {
 	struct tasktab_user *u = r->user;
@@ -326,18 +330,14 @@ static bool tasktab_evictable(const struct rtask *r)
 	return false;
 }
 
-/* Lock held.  Forgets u's oldest finished records beyond its caps; may
- * free u (its last), no other uid. */
+/* Lock held.  Forgets u's oldest finished records beyond its caps; frees
+ * no uid's record, not even u's. */
 static void tasktab_evict_user(struct tasktab_user *u)
 {
-	while (u != NULL && (u->nfinished > CONFIG_LIMIT(max_finished_per_user)
-	       || u->bytes > CONFIG_LIMIT(max_task_bytes_per_user))
-	       && u->fhead != NULL && tasktab_evictable(u->fhead)) {
-		bool last = u->nfinished == 1;
-		tasktab_evict_one(u->fhead);   /* may free u when last */
-		if (last)
-			u = NULL;
-	}
+	while ((u->nfinished > CONFIG_LIMIT(max_finished_per_user) ||
+	        u->bytes > CONFIG_LIMIT(max_task_bytes_per_user)) &&
+	       u->fhead != NULL && tasktab_evictable(u->fhead))
+		tasktab_evict_one(u->fhead);
 }
 
 /*
@@ -347,7 +347,10 @@ static void tasktab_evict_user(struct tasktab_user *u)
  * close to their cap; memory stays bounded either way.  It stops at a
  * record whose finish is not committed: the FIFOs are in finish order,
  * which is the order of the journal's queue, so the ones behind are not
- * committed either.
+ * committed either.  Frees the record of a uid other than u that the
+ * table's cap leaves holding nothing, never u's: the caller, who holds u,
+ * puts it.  (So a caller holding another uid's record must know that it
+ * holds something: tasktab_insert's holds the record just inserted.)
  */
 static void tasktab_evict(struct tasktab_user *u)
 {
@@ -356,12 +359,17 @@ static void tasktab_evict(struct tasktab_user *u)
 	if (u != NULL)
 		tasktab_evict_user(u);
 	while (tab.nfinished > CONFIG_LIMIT(max_finished) && tab.fhead != NULL
-	       && tasktab_evictable(tab.fhead))
+	       && tasktab_evictable(tab.fhead)) {
+		struct tasktab_user *owner = tab.fhead->user;
 		tasktab_evict_one(tab.fhead);
+		if (owner != u)
+			tasktab_user_put(owner);
+	}
 }
 
 /* Lock held.  Evicts beyond every uid's cap and the table's.  The uids
- * first, each freeing at most itself (the table's cap may free any). */
+ * first, each put (freed if empty) only once its eviction is done and the
+ * next is known; then the table's cap, with no uid held. */
 static void tasktab_evict_all(void)
 {
 	if (tab.hold)
@@ -370,7 +378,8 @@ static void tasktab_evict_all(void)
 		struct tasktab_user *u = tab.users[b];
 		while (u != NULL) {
 			struct tasktab_user *next = u->next;
-			tasktab_evict_user(u);   /* may free u */
+			tasktab_evict_user(u);
+			tasktab_user_put(u);   /* may free u, no other */
 			u = next;
 		}
 	}
@@ -398,13 +407,11 @@ static bool tasktab_room(struct tasktab_user *u, size_t bytes)
 {
 	uint64_t cap = CONFIG_LIMIT(max_task_bytes_per_user);
 
-	/* The new record is not counted yet: without this, evicting u's
-	 * last finished record would free u under the caller. */
-	u->queued++;
+	/* u stays even if this evicts its last record (tasktab_evict_one):
+	 * the caller inserts the new record into it, or puts it. */
 	while (u->bytes + bytes > cap && u->fhead != NULL && !tab.hold &&
 	       tasktab_evictable(u->fhead))
 		tasktab_evict_one(u->fhead);
-	u->queued--;
 	/* Finished records left are ones whose end is not journaled yet
 	 * (or the recovery holds them): not the uid's unfinished tasks,
 	 * which alone refuse a spawn; they go once committed. */
@@ -551,22 +558,35 @@ int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
 	return 0;
 }
 
-void tasktab_committed(struct rtask *r)
+/*
+ * Lock held.  Announces r if it is still pending: its `queued` event into
+ * *ev, to be published before any later event of r, and its count; false
+ * if it was announced already (or never pending: restored).
+ *
+ * A spawn is announced only once the journal has committed it, and before
+ * its first other event; that is, by the first of these to take the
+ * table's lock for it, all after the commit (the record is started only
+ * then), so the spawn costs no lock of its own for it:
+ * - tasktab_start, after kind_spawn (the commit's thread);
+ * - tasktab_set_life, for a gated record (gate_submit, the same thread);
+ * - tasktab_running or tasktab_finish, if the task's worker (or a failed
+ *   start) got there first.
+ * Numbered under the lock: a snapshot taken before left r out, one taken
+ * after has it and drops this event (cmd-watch.c).
+ */
+static bool tasktab_announce(struct rtask *r, struct events_ev *ev)
 {
-	pthread_mutex_lock(&tab.lock);
+	if (!r->pending)
+		return false;
 	r->pending = false;
-	/* Numbered now: a snapshot taken before left r out, one taken after
-	 * has it and drops this event (cmd-watch.c). */
-	struct events_ev ev = {
+	*ev = (struct events_ev){
 		.kind = EVENTS_STATE, .id = r->id, .uid = r->uid,
 		.state = RT_QUEUED, .time_us = r->spawned_us, .seq = ++tab.seq,
 	};
 	if (r->group != NULL)
-		snprintf(ev.group, sizeof(ev.group), "%s", r->group);
-	struct metrics_group *mg = r->mgroup;
-	pthread_mutex_unlock(&tab.lock);
-	metrics_task_state(mg, RT_QUEUED);
-	events_publish(&ev);
+		snprintf(ev->group, sizeof(ev->group), "%s", r->group);
+	metrics_task_state(r->mgroup, RT_QUEUED);
+	return true;
 }
 
 int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
@@ -616,7 +636,9 @@ uint64_t tasktab_next_id(void)
 void tasktab_discard(struct rtask *r)
 {
 	pthread_mutex_lock(&tab.lock);
+	struct tasktab_user *u = r->user;
 	tasktab_unlink(r);   /* queued, never started: not on the FIFO */
+	tasktab_user_put(u);
 	pthread_mutex_unlock(&tab.lock);
 }
 
@@ -713,6 +735,18 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 	 */
 	pthread_mutex_lock(&tab.lock);
 	r = tasktab_find(id);
+	/*
+	 * Announced here if its worker has not done it yet (tasktab_running,
+	 * tasktab_finish), and published under the lock: its worker's next
+	 * event takes the lock after this and is published after it, where
+	 * publishing after unlocking would let the two race to the reactor's
+	 * queue.  With nobody watching this is one atomic load; with a
+	 * watcher, an allocation and the reactor's queue lock, whose holders
+	 * never take the table's.
+	 */
+	struct events_ev qev;
+	if (r != NULL && tasktab_announce(r, &qev))
+		events_publish(&qev);
 	if (r != NULL && (r->state == RT_QUEUED || r->state == RT_RUNNING) &&
 	    r->run == run) {
 		r->handle = h;   /* kept for join, race and cancel */
@@ -767,9 +801,10 @@ int tasktab_start_packed(struct rtask *r, const uint8_t *spec, size_t len,
 
 void tasktab_running(struct rtask *r)
 {
-	struct events_ev ev;
+	struct events_ev ev, qev;
 
 	pthread_mutex_lock(&tab.lock);
+	bool announced = tasktab_announce(r, &qev);
 	bool started = r->state == RT_QUEUED;
 	if (started) {
 		tasktab_set_state(r, RT_RUNNING, &ev);
@@ -777,6 +812,8 @@ void tasktab_running(struct rtask *r)
 	}
 	uint64_t id = r->id, us = r->started_us, spawned = r->spawned_us;
 	pthread_mutex_unlock(&tab.lock);
+	if (announced)
+		events_publish(&qev);
 	if (started) {
 		journal_started(id, us);
 		events_publish(&ev);
@@ -820,9 +857,12 @@ static bool tasktab_requeue(struct rtask *r, const struct rt_outcome *o,
 
 bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 {
-	struct events_ev ev;
+	struct events_ev ev, qev;
 
 	pthread_mutex_lock(&tab.lock);
+	/* A task that ends before its start announced it (it could not
+	 * start, or its worker was quicker). */
+	bool announced = tasktab_announce(r, &qev);
 	if (tasktab_requeue(r, o, &ev)) {
 		uint64_t id = r->id, nb = r->not_before_us;
 		uint32_t run = r->run;
@@ -833,6 +873,8 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 		free(o->value);
 		o->value = NULL;
 		rok_task_unref(h);   /* as below: the runner holds its own */
+		if (announced)
+			events_publish(&qev);
 		events_publish(&ev);   /* queued again: a state, not an end */
 		gate_retry(id, nb);
 		return false;
@@ -904,8 +946,11 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 		 * its poll ended: the next start has no group to look for. */
 		journal_exec_gone(jf.id);
 	tasktab_evict(u);   /* r may go here */
+	tasktab_user_put(u);   /* and u with it, if it was u's last */
 	pthread_mutex_unlock(&tab.lock);
 	/* Watchers and followers of its output see the end. */
+	if (announced)
+		events_publish(&qev);
 	events_publish(&ev);
 	if (jf.started_us != 0)
 		metrics_observe(METRICS_RUN_TIME, (int64_t)jf.finished_us -
@@ -1388,11 +1433,18 @@ bool tasktab_cancel_seen(struct rtask *r)
 
 void tasktab_set_life(struct rtask *r, rok_task *life)
 {
+	struct events_ev qev;
+
 	pthread_mutex_lock(&tab.lock);
+	/* Published after unlocking: nothing else happens to r before
+	 * gate_submit, on this thread, has entered it in the gate. */
+	bool announced = tasktab_announce(r, &qev);
 	r->gated = true;
 	rok_task_unref(r->life);
 	r->life = life;
 	pthread_mutex_unlock(&tab.lock);
+	if (announced)
+		events_publish(&qev);
 }
 
 void tasktab_set_wait(struct rtask *r, uint64_t dep, uint64_t not_before_us)

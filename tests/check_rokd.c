@@ -499,12 +499,27 @@ static int rc_state(int fd, uint64_t id)
 	return st;
 }
 
+/* Sends a select of specs[0..n) (borrowed) as request req_id, with its
+ * timeout (0: none); the reply comes later (rc_recv). */
+static void rc_select(int fd, uint64_t req_id, Rok__V1__TaskSpec **specs,
+                      size_t n, uint64_t timeout_ms)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__SelectRequest sel = ROK__V1__SELECT_REQUEST__INIT;
+
+	sel.specs = specs;
+	sel.n_specs = n;
+	sel.timeout_ms = timeout_ms;
+	req.id = req_id;
+	req.body_case = ROK__V1__REQUEST__BODY_SELECT;
+	req.select = &sel;
+	rc_send(fd, &req);
+}
+
 /* select {sleep 1h, echo won}: spawned server-side; the echo wins and the
  * sleep is cancelled. */
 static void rc_select_echo_wins(int fd)
 {
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__SelectRequest sel = ROK__V1__SELECT_REQUEST__INIT;
 	Rok__V1__TaskSpec a = ROK__V1__TASK_SPEC__INIT, b = a;
 	Rok__V1__TaskSpec *specs[2] = { &a, &b };
 	ProtobufCBinaryData aa = bin("1h"), ba = bin("won");
@@ -514,12 +529,7 @@ static void rc_select_echo_wins(int fd)
 	b.kind = bin("echo");
 	b.args = &ba;
 	b.n_args = 1;
-	sel.specs = specs;
-	sel.n_specs = 2;
-	req.id = 41;
-	req.body_case = ROK__V1__REQUEST__BODY_SELECT;
-	req.select = &sel;
-	rc_send(fd, &req);
+	rc_select(fd, 41, specs, 2, 0);
 	Response *r = rc_recv(fd);
 	ck_assert_msg(r->error == NULL, "select failed: %.*s",
 	              r->error ? (int)r->error->message.len : 0,
@@ -778,16 +788,8 @@ START_TEST(durations_bounded)
 	ck_assert_ptr_nonnull(r->error);
 	ck_assert_int_eq(r->error->code, ROK__V1__ERROR_CODE__INVALID_ARGUMENT);
 	rok__v1__response__free_unpacked(r, NULL);
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__SelectRequest sel = ROK__V1__SELECT_REQUEST__INIT;
 	Rok__V1__TaskSpec *specs[1] = { &spec };
-	sel.specs = specs;
-	sel.n_specs = 1;
-	sel.timeout_ms = RC_DURATION_MAX_MS + 1;
-	req.id = 45;
-	req.body_case = ROK__V1__REQUEST__BODY_SELECT;
-	req.select = &sel;
-	rc_send(fd, &req);
+	rc_select(fd, 45, specs, 1, RC_DURATION_MAX_MS + 1);
 	rc_expect_invalid(fd, "timeout_ms");
 
 	/* the far ones cancel like any other */
@@ -1967,20 +1969,10 @@ START_TEST(when_checks)
 	/* max_ids bounds a select's dependencies in all (each may cost a
 	 * journal read), not each spec's: 2 x 3 > 4. */
 	{
-		Request req = ROK__V1__REQUEST__INIT;
-		Rok__V1__SelectRequest sel = ROK__V1__SELECT_REQUEST__INIT;
 		Rok__V1__TaskSpec *specs[2] = { &spec, &spec };
-		sel.specs = specs;
-		sel.n_specs = 2;
-		req.id = 66;
-		req.body_case = ROK__V1__REQUEST__BODY_SELECT;
-		req.select = &sel;
-		rc_send(fd, &req);
+		rc_select(fd, 66, specs, 2, 0);
 		rc_expect_invalid(fd, "dependencies in one select");
-		sel.n_specs = 1;   /* 3 alone: within */
-		sel.timeout_ms = 100;
-		req.id = 67;
-		rc_send(fd, &req);
+		rc_select(fd, 67, specs, 1, 100);   /* 3 alone: within */
 		Response *sr = rc_recv(fd);
 		ck_assert_ptr_nonnull(sr);
 		ck_assert_msg(sr->error != NULL &&

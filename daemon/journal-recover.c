@@ -16,7 +16,10 @@
  * A running task of a slurm group is queued again instead, its retries
  * untouched: its job ran on, and the task adopts it (slurm.c).
  * Then every queued task (those just given a retry included) is put back
- * into the task table with its id, uid and spec and started.  Finished
+ * into the task table with its id, uid and spec and started, in the order
+ * its run had entered its group's queue and with that time (aging goes on
+ * counting, the time rokd was down included); a run that was running keeps
+ * its entry too, and so goes before those that waited behind it.  Finished
  * tasks stay in the journal only: status, join and list read them from
  * there (journal-read.c).  New ids continue above the largest id ever
  * handed out: meta.max_id (raised by each prune before it deletes rows) or
@@ -129,16 +132,26 @@ static int journal_recover_running(sqlite3 *db, uint64_t now,
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/* Queued tasks back into the table, started; *adopted: those with a
- * journaled Slurm job. */
+/*
+ * Queued tasks back into the table, started; *adopted: those with a
+ * journaled Slurm job.  In the order their runs had entered their queues
+ * (queued_us; the id between equals), each with that time, so that a
+ * group grants its slots as it would have without the restart and aging
+ * goes on counting.  Then those that had not entered one (0: waiting in
+ * the gate, or released by it without the update committed, or a row of
+ * before the column), in id order: those the gate releases now enter
+ * their queues now, behind the others; one of before the column that
+ * never waited in the gate counts from its spawn (tasktab_restore).
+ */
 static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
                                   unsigned *bad, unsigned *adopted)
 {
 	sqlite3_stmt *sel;
 	int rc = sqlite3_prepare_v2(db, "SELECT id, uid, spec, spawned_us, "
-	                            "retries, run, next_us, slurm_job FROM "
-	                            "tasks WHERE state = 1 "
-	                            "ORDER BY id", -1, &sel, NULL);
+	                            "retries, run, next_us, slurm_job, "
+	                            "queued_us FROM tasks WHERE state = 1 "
+	                            "ORDER BY queued_us = 0, queued_us, id",
+	                            -1, &sel, NULL);
 
 	if (rc != SQLITE_OK)
 		return rc;
@@ -164,11 +177,15 @@ static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
 			(*adopted)++;
 		}
 		struct rtask *r;
+		int64_t queued = sqlite3_column_int64(sel, 8);
+		if (queued < 0)
+			queued = 0;   /* no rokd writes that: as not queued */
 		int err = tasktab_restore(id,
 		        (uid_t)sqlite3_column_int64(sel, 1), k != NULL ? k
 		        : &kind_noop, spec != NULL ? spec
 		        : &(TaskSpec)ROK__V1__TASK_SPEC__INIT,
 		        (uint64_t)sqlite3_column_int64(sel, 3),
+		        (uint64_t)queued,
 		        (uint32_t)sqlite3_column_int64(sel, 4),
 		        (uint32_t)sqlite3_column_int64(sel, 5), &r);
 		if (err < 0) {
@@ -181,6 +198,15 @@ static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
 			snprintf(o.reason, sizeof(o.reason), "%s", why);
 			tasktab_finish(r, &o);
 			(*bad)++;
+		} else if (gate_needed(spec) && queued > 0) {
+			/* Its run had left the gate (its dependencies had
+			 * ended, its time had come): into its queue now, in
+			 * its place, not through the gate again (whose
+			 * release may come on another thread, later). */
+			if (gate_submit_started(r, sqlite3_column_blob(sel, 2),
+			        (size_t)sqlite3_column_bytes(sel, 2)) == 0)
+				(void)tasktab_start(r, spec, NULL);
+			(*requeued)++;
 		} else if (gate_needed(spec)) {
 			/* Its dependencies (lower ids: restored already, or
 			 * finished in the journal), start time, run number

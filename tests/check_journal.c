@@ -229,7 +229,8 @@ END_TEST
  * slurm_job (step 5), the groups' partition (step 6) and queued_us
  * (step 7: 0, not known), in one open, keeps its rows, and says version 7.
  * (tests/when.test migrates a version-2 journal written by the release
- * before step 3.)
+ * before step 3, tests/requeue.test one of version 6 that rokd then
+ * recovers.)
  */
 START_TEST(schema_migrates_1_to_4)
 {

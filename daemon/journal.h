@@ -131,7 +131,8 @@ void journal_requeued(uint64_t id, uint32_t run, uint64_t next_us);
  * next commit (the linger, or the next spawn's).  If rokd dies before
  * that, the row still says 0, and the next start takes the task through
  * the gate again: it enters its queue at that start, behind every task
- * whose entry was committed.
+ * whose entry was committed (a row of an older rokd that never waited in
+ * the gate counts from its spawn again).
  */
 void journal_queued(uint64_t id, uint64_t queued_us);
 /*

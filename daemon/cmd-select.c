@@ -180,6 +180,7 @@ void cmd_select(struct conn *c, const Request *req)
 			.spawned_us = tasktab_spawned_us(p->task[i].rec),
 			.group = s->specs[i]->group.data,
 			.group_len = s->specs[i]->group.len,
+			.queued_us = tasktab_queued_us(p->task[i].rec),
 		};
 	}
 	int e = journal_spawn(items, n, select_done, p);

@@ -188,6 +188,7 @@ void cmd_spawn(struct conn *c, const Request *req)
 		.spawned_us = tasktab_spawned_us(p->rec),
 		.group = sp->spec->group.data,
 		.group_len = sp->spec->group.len,
+		.queued_us = tasktab_queued_us(p->rec),
 	};
 	int e = spawn_answered_by_task(p)
 	        ? journal_spawn_any(&item, 1, cmd_spawn_done, p)

@@ -8,7 +8,11 @@
  * path costs nothing more).  One that does is handed to gate_submit, which
  * keeps an entry for it until its final outcome and starts it, when its
  * time comes, through gate_start: the ONE place where a task leaves the
- * gate (a group queue, if there is one, comes after it).
+ * gate (a group queue, if there is one, comes after it).  The one
+ * exception is the recovery's: a run that had left the gate before the
+ * restart (its queue entry is in the journal) is registered as started
+ * (gate_submit_started) and started by the recovery itself, in its place
+ * in its queue, not released again.
  *
  * Entries are in a hash by id.  Each dependency not ended yet is a node
  * linked into a second hash, by the dependency's id: when a task ends
@@ -649,6 +653,54 @@ int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
 	pthread_mutex_unlock(&gate.lock);
 
 	gate_drain();
+	return 0;
+}
+
+int gate_submit_started(struct rtask *r, const uint8_t *packed, size_t len)
+{
+	struct gate_entry *e = calloc(1, sizeof(*e));
+	uint8_t *copy = malloc(len > 0 ? len : 1);
+	uint64_t id = tasktab_id(r);
+
+	if (e == NULL || copy == NULL) {
+		free(e);
+		free(copy);
+		struct rt_outcome o = { .state = RT_FAILED };
+		snprintf(o.reason, sizeof(o.reason), "could not start: out of "
+		         "memory");
+		tasktab_finish(r, &o);
+		return -ENOMEM;
+	}
+	if (len > 0)
+		memcpy(copy, packed, len);
+	e->id = id;
+	e->rec = r;
+	e->spec = copy;
+	e->spec_len = len;
+	e->heap_at = SIZE_MAX;
+	/* Past its dependencies and start time: it left the gate before
+	 * the restart.  Its run is the caller's to start. */
+	e->started = true;
+
+	rok_task *life;
+	uint64_t unused = 0;
+	int err = rok_spawn(&life, gate_life_poll, &unused, sizeof(unused));
+	if (err < 0) {
+		log_errno(err, "task %llu: no handle to wait on",
+		          (unsigned long long)id);
+		life = NULL;
+	}
+	tasktab_set_life(r, life);   /* and marks it gated */
+
+	pthread_mutex_lock(&gate.lock);
+	struct gate_entry **b = &gate.byid[gate_bucket(id)];
+	e->hnext = *b;
+	*b = e;
+	/* Its start sees a cancel (tasktab_start); the mark makes a retry
+	 * queued meanwhile end at once (see gate_cancel). */
+	if (tasktab_cancel_seen(r))
+		e->cancel = true;
+	pthread_mutex_unlock(&gate.lock);
 	return 0;
 }
 

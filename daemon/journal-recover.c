@@ -16,7 +16,10 @@
  * A running task of a slurm group is queued again instead, its retries
  * untouched: its job ran on, and the task adopts it (slurm.c).
  * Then every queued task (those just given a retry included) is put back
- * into the task table with its id, uid and spec and started.  Finished
+ * into the task table with its id, uid and spec and started, in the order
+ * its run had entered its group's queue and with that time (aging goes on
+ * counting, the time rokd was down included); a run that was running keeps
+ * its entry too, and so goes before those that waited behind it.  Finished
  * tasks stay in the journal only: status, join and list read them from
  * there (journal-read.c).  New ids continue above the largest id ever
  * handed out: meta.max_id (raised by each prune before it deletes rows) or
@@ -129,16 +132,90 @@ static int journal_recover_running(sqlite3 *db, uint64_t now,
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/* Queued tasks back into the table, started; *adopted: those with a
- * journaled Slurm job. */
+/* A queued task restored, to be started in its place in the queues. */
+struct journal_recover_q {
+	uint64_t id;
+	uint64_t queued_us;         /* 0: not in a queue yet */
+	struct rtask *r;
+};
+
+/* Entries first (by time), then the rest; the id between equals. */
+static int journal_recover_q_cmp(const void *pa, const void *pb)
+{
+	const struct journal_recover_q *a = pa, *b = pb;
+
+	if ((a->queued_us == 0) != (b->queued_us == 0))
+		return a->queued_us == 0 ? 1 : -1;
+	if (a->queued_us != b->queued_us)
+		return a->queued_us < b->queued_us ? -1 : 1;
+	return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/* Starts a restored task from its row (packed spec, next_us in sel's
+ * columns 0 and 1). */
+static void journal_recover_start(const struct journal_recover_q *q,
+                                  sqlite3_stmt *sel)
+{
+	const void *blob = sqlite3_column_blob(sel, 0);
+	size_t len = (size_t)sqlite3_column_bytes(sel, 0);
+	TaskSpec *spec = rok__v1__task_spec__unpack(NULL, len, blob);
+
+	if (spec == NULL) {   /* it unpacked a moment ago: memory */
+		struct rt_outcome o = { .state = RT_FAILED };
+		snprintf(o.reason, sizeof(o.reason), "could not start after a "
+		         "restart: out of memory");
+		tasktab_finish(q->r, &o);
+		return;
+	}
+	if (gate_needed(spec) && q->queued_us != 0) {
+		/* Its run had left the gate (its dependencies had ended, its
+		 * time had come): into its queue now, in its place, not
+		 * through the gate again (whose release may come on another
+		 * thread, later). */
+		if (gate_submit_started(q->r, blob, len) == 0)
+			(void)tasktab_start(q->r, spec, NULL);
+	} else if (gate_needed(spec)) {
+		/* Its dependencies (restored already, or finished in the
+		 * journal), start time, run number and backoff deadline as
+		 * they were; the row's packed spec as it is (gate_submit
+		 * copies it). */
+		(void)gate_submit(q->r, spec, blob, len,
+		                  (uint64_t)sqlite3_column_int64(sel, 1));
+	} else {
+		(void)tasktab_start(q->r, spec, NULL);
+	}
+	rok__v1__task_spec__free_unpacked(spec, NULL);
+}
+
+/*
+ * Queued tasks back into the table, then started; *adopted: those with a
+ * journaled Slurm job.  The records go in in id order (the table's list
+ * of records is in id order), none started yet; then they start in the
+ * order their runs had entered their queues (queued_us; the id between
+ * equals), each with that time, so that a group grants its slots as it
+ * would have without the restart and aging goes on counting.  Then those
+ * that had not entered one (0: waiting in the gate, or released by it
+ * without the update committed, or a row of before the column), in id
+ * order: those the gate releases now enter their queues now, behind the
+ * others; one of before the column that never waited in the gate counts
+ * from its spawn (tasktab_restore).  A dependency is restored before
+ * any task starts, so a dependent finds it whatever the order.
+ * What the order can still change: a task queued at once is recorded
+ * with its spawn time, taken before its commit, and enters its queue
+ * after that commit, so a gate release between the two (within one
+ * commit's latency) comes back behind it; and times from before a step
+ * back of the wall clock sort as they say, not as they happened.
+ */
 static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
                                   unsigned *bad, unsigned *adopted)
 {
+	struct journal_recover_q *q = NULL;
+	size_t n = 0, cap = 0;
 	sqlite3_stmt *sel;
 	int rc = sqlite3_prepare_v2(db, "SELECT id, uid, spec, spawned_us, "
-	                            "retries, run, next_us, slurm_job FROM "
-	                            "tasks WHERE state = 1 "
-	                            "ORDER BY id", -1, &sel, NULL);
+	                            "retries, run, slurm_job, queued_us FROM "
+	                            "tasks WHERE state = 1 ORDER BY id", -1,
+	                            &sel, NULL);
 
 	if (rc != SQLITE_OK)
 		return rc;
@@ -156,12 +233,26 @@ static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
 			         : "unknown task kind");
 		else if (k->check(spec, why, sizeof(why)) == 0)
 			why[0] = '\0';   /* a failing check left its message */
-		int64_t job = sqlite3_column_int64(sel, 7);
+		int64_t job = sqlite3_column_int64(sel, 6);
 		if (job > 0 && job <= UINT32_MAX) {
 			/* Running or still pending in Slurm (queued for rok):
 			 * its task adopts it (slurm.c). */
 			slurm_note_job(id, (uint32_t)job);
 			(*adopted)++;
+		}
+		int64_t queued = sqlite3_column_int64(sel, 7);
+		if (queued < 0)
+			queued = 0;   /* no rokd writes that: as not queued */
+		if (why[0] == '\0' && n == cap) {
+			size_t c = cap > 0 ? 2 * cap : 256;
+			struct journal_recover_q *m = realloc(q, c * sizeof(*q));
+			if (m == NULL) {
+				rok__v1__task_spec__free_unpacked(spec, NULL);
+				rc = SQLITE_NOMEM;
+				break;
+			}
+			q = m;
+			cap = c;
 		}
 		struct rtask *r;
 		int err = tasktab_restore(id,
@@ -169,35 +260,49 @@ static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
 		        : &kind_noop, spec != NULL ? spec
 		        : &(TaskSpec)ROK__V1__TASK_SPEC__INIT,
 		        (uint64_t)sqlite3_column_int64(sel, 3),
+		        (uint64_t)queued,
 		        (uint32_t)sqlite3_column_int64(sel, 4),
 		        (uint32_t)sqlite3_column_int64(sel, 5), &r);
+		rok__v1__task_spec__free_unpacked(spec, NULL);
 		if (err < 0) {
-			rok__v1__task_spec__free_unpacked(spec, NULL);
-			sqlite3_finalize(sel);
-			return SQLITE_NOMEM;
+			rc = SQLITE_NOMEM;
+			break;
 		}
 		if (why[0] != '\0') {
 			struct rt_outcome o = { .state = RT_FAILED };
 			snprintf(o.reason, sizeof(o.reason), "%s", why);
 			tasktab_finish(r, &o);
 			(*bad)++;
-		} else if (gate_needed(spec)) {
-			/* Its dependencies (lower ids: restored already, or
-			 * finished in the journal), start time, run number
-			 * and backoff deadline as they were; the row's packed
-			 * spec as it is (gate_submit copies it). */
-			(void)gate_submit(r, spec, sqlite3_column_blob(sel, 2),
-			                  (size_t)sqlite3_column_bytes(sel, 2),
-			                  (uint64_t)sqlite3_column_int64(sel, 6));
-			(*requeued)++;
-		} else {
-			(void)tasktab_start(r, spec, NULL);
-			(*requeued)++;
+			continue;
 		}
-		rok__v1__task_spec__free_unpacked(spec, NULL);
+		q[n++] = (struct journal_recover_q){
+			.id = id, .queued_us = (uint64_t)queued, .r = r,
+		};
 	}
 	sqlite3_finalize(sel);
-	return rc == SQLITE_DONE ? SQLITE_OK : rc;
+	if (rc == SQLITE_DONE)
+		rc = sqlite3_prepare_v2(db, "SELECT spec, next_us FROM tasks "
+		                        "WHERE id = ?1", -1, &sel, NULL);
+	else
+		sel = NULL;
+	if (n > 1)
+		qsort(q, n, sizeof(*q), journal_recover_q_cmp);
+	/* On an error the recovery fails (rokd does not start): what is
+	 * restored and not started yet stays so, its row untouched. */
+	for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
+		sqlite3_bind_int64(sel, 1, (sqlite3_int64)q[i].id);
+		int step = sqlite3_step(sel);
+		if (step == SQLITE_ROW) {
+			journal_recover_start(&q[i], sel);
+			(*requeued)++;
+		} else {
+			rc = step == SQLITE_DONE ? SQLITE_CORRUPT : step;
+		}
+		sqlite3_reset(sel);
+	}
+	sqlite3_finalize(sel);
+	free(q);
+	return rc;
 }
 
 /*

@@ -90,6 +90,15 @@ static const char *const journal_schema_steps[] = {
 	/* 5 -> 6.  A slurm group's partition (sbatch --partition; "": the
 	 * cluster's default), with the group's other settings. */
 	"ALTER TABLE groups ADD COLUMN partition TEXT NOT NULL DEFAULT '';",
+	/* 6 -> 7.  When the task's current run entered its group's queue
+	 * (wall clock, us; 0: not yet, it waits in the gate), so that a
+	 * restart queues the tasks again in that order and with their
+	 * waits, which aging counts (journal-recover.c).  A task spawned
+	 * with nothing to wait for enters at its spawn (the insert writes
+	 * spawned_us); one released by the gate, by an update; a retry
+	 * clears it.  Rows of before this step have 0: the recovery takes
+	 * spawned_us for those that never waited in the gate. */
+	"ALTER TABLE tasks ADD COLUMN queued_us INTEGER NOT NULL DEFAULT 0;",
 };
 
 _Static_assert(sizeof(journal_schema_steps) / sizeof(journal_schema_steps[0])

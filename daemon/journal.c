@@ -2,22 +2,23 @@
  * journal.c — the journal thread: a FIFO of events, group commit, failure
  * handling.
  *
- * Any thread queues events (spawn, start, finish, cancel request, prune)
- * into one FIFO under a mutex and signals a condition variable when the
- * journal thread sleeps.  The journal thread, which alone owns the write
- * connection, takes everything queued at once and writes it in one
- * BEGIN ... COMMIT with prepared statements: while one commit waits for its
- * fsync, the next batch piles up, so one fsync covers all the spawns of all
- * clients that arrived meanwhile (group commit).  Only after COMMIT returned
- * OK are the batch's spawns completed: their callbacks run on the reactor
- * thread (one reactor_call per batch), which starts the tasks and sends the
- * acknowledgements.  A task therefore starts only once its row is durable,
- * and its start and finish events always come after its insert in the
- * FIFO.  A start followed by the finish of the same task in one batch is
- * written as the finish alone, and so is an exec start (the process group
- * of the run) followed by the finish: recovery only looks at the group of
- * an unfinished row.  Every UPDATE but the cancel flag's is guarded by
- * state < 3, so a finished row never changes again.
+ * Any thread queues events (spawn, queue entry, start, finish, cancel
+ * request, prune) into one FIFO under a mutex and signals a condition
+ * variable when the journal thread sleeps.  The journal thread, which alone
+ * owns the write connection, takes everything queued at once and writes it
+ * in one BEGIN ... COMMIT with prepared statements: while one commit waits
+ * for its fsync, the next batch piles up, so one fsync covers all the
+ * spawns of all clients that arrived meanwhile (group commit).  Only after
+ * COMMIT returned OK are the batch's spawns completed: their callbacks run
+ * on the reactor thread (one reactor_call per batch), which starts the
+ * tasks and sends the acknowledgements.  A task therefore starts only once
+ * its row is durable, and its start and finish events always come after
+ * its insert in the FIFO.  A start followed by the finish of the same task
+ * in one batch is written as the finish alone, and so is an exec start
+ * (the process group of the run) or a queue entry followed by the finish:
+ * recovery only looks at the group and queue entry of an unfinished
+ * row.  Every UPDATE but the cancel flag's is guarded by state < 3, so a
+ * finished row never changes again.
  *
  * When a commit fails (disk full, I/O error) the transaction is rolled back,
  * every spawn of the batch is completed with an error (never acknowledged;
@@ -39,23 +40,23 @@
  * row says queued or running until then) and hears of each commit that
  * wrote a finish (tasktab_journal_committed).
  *
- * Updates wait a little for the next spawn (the linger).  Nobody waits
- * for a start, finish, cancel flag or process group to be durable (a
- * waiting spawn's result goes out as the task ends), but a batch of them
- * committed on its own costs an fsync that the next spawn, arriving a few
- * microseconds later, must wait behind: at one client doing spawn-and-wait
- * in a loop that doubled the latency (two commits per request).  So a
- * batch with no spawn or prune in it is held for up to JOURNAL_LINGER_NS,
- * and the first spawn (or prune, or the stop) to come along is committed
- * together with it at once.  Only the first update into an empty queue
- * wakes the thread; later ones ride along.  After a commit that started
- * tasks the thread lingers at once, before their updates come, and an
- * update that finds it lingering wakes nothing.  A spawn is never held: the
- * acknowledgement path commits as soon as the thread is free.  The cost is
- * a window of at most the linger in which a crash forgets a finish that a
- * client may already have heard of (it existed before, as long as one
- * commit: the task is run again or recorded interrupted, as for a crash
- * while it ran).
+ * Updates wait a little for the next spawn (the linger).  Nobody waits for
+ * a start, finish, cancel flag, queue entry or process group to be durable
+ * (a waiting spawn's result goes out as the task ends), but a batch of
+ * them committed on its own costs an fsync that the next spawn, arriving a
+ * few microseconds later, must wait behind: at one client doing
+ * spawn-and-wait in a loop that doubled the latency (two commits per
+ * request).  So a batch with no spawn or prune in it is held for up to
+ * JOURNAL_LINGER_NS, and the first spawn (or prune, or the stop) to come
+ * along is committed together with it at once.  Only the first update into
+ * an empty queue wakes the thread; later ones ride along.  After a commit
+ * that started tasks the thread lingers at once, before their updates
+ * come, and an update that finds it lingering wakes nothing.  A spawn is
+ * never held: the acknowledgement path commits as soon as the thread is
+ * free.  The cost is a window of at most the linger in which a crash
+ * forgets a finish that a client may already have heard of (it existed
+ * before, as long as one commit: the task is run again or recorded
+ * interrupted, as for a crash while it ran).
  *
  * A spawn while the thread sleeps, at durability = normal, is committed
  * on the reactor thread instead (journal_flush_ev_cb): waking the thread
@@ -138,6 +139,7 @@ enum {
 	JEV_EXEC,
 	JEV_SLURM,                  /* u.ex.pgid: the Slurm job id */
 	JEV_REQUEUE,
+	JEV_QUEUED,
 };
 
 struct jev {
@@ -152,13 +154,16 @@ struct jev {
 	union {
 		struct {
 			uid_t uid;
-			uint64_t spawned_us;
+			uint64_t spawned_us, queued_us;
 			size_t spec_len, kind_len, group_len;
 			uint8_t *spec, *kind, *group;  /* in this allocation */
 		} sp;
 		struct {
 			uint64_t started_us;
 		} st;
+		struct {
+			uint64_t queued_us;
+		} qu;
 		struct {
 			uint32_t run;
 			uint64_t next_us;
@@ -192,6 +197,7 @@ enum {
 	JST_EXEC,
 	JST_SLURM,
 	JST_REQUEUE,
+	JST_QUEUED,
 	JST_BEGIN,
 	JST_COMMIT,
 	JST_ROLLBACK,
@@ -200,7 +206,8 @@ enum {
 
 static const char *const journal_sql[JST_COUNT] = {
 	[JST_INSERT] = "INSERT INTO tasks (id, uid, kind, spec, state, "
-	               "spawned_us, grp) VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6)",
+	               "spawned_us, grp, queued_us) "
+	               "VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7)",
 	/* A finished row never changes again: state < 3 guards both. */
 	/* A run's group is that of this run only: a retry's start forgets
 	 * the group of the interrupted run. */
@@ -222,7 +229,11 @@ static const char *const journal_sql[JST_COUNT] = {
 	 * next run's job is a new one, never the failed one adopted. */
 	[JST_REQUEUE] = "UPDATE tasks SET state = 1, run = ?2, next_us = ?3, "
 	                "started_us = 0, pgid = NULL, pg_start = NULL, "
-	                "slurm_job = NULL WHERE id = ?1 AND state < 3",
+	                "slurm_job = NULL, queued_us = 0 "
+	                "WHERE id = ?1 AND state < 3",
+	/* The run left the gate for its group's queue (journal_queued). */
+	[JST_QUEUED] = "UPDATE tasks SET queued_us = ?2 WHERE id = ?1 "
+	               "AND state < 3",
 	/* Prepared too: sqlite3_exec parsed them again on every commit,
 	 * a few µs per batch on the acknowledgement path. */
 	[JST_BEGIN] = "BEGIN",
@@ -500,6 +511,7 @@ static int journal_spawn_chain(const struct journal_spawn_item *items,
 		e->id = items[i].id;
 		e->u.sp.uid = items[i].uid;
 		e->u.sp.spawned_us = items[i].spawned_us;
+		e->u.sp.queued_us = items[i].queued_us;
 		e->u.sp.spec = (uint8_t *)(e + 1);
 		e->u.sp.spec_len = slen;
 		if (slen > 0)
@@ -666,6 +678,17 @@ void journal_requeued(uint64_t id, uint32_t run, uint64_t next_us)
 	journal_push_one(e);
 }
 
+void journal_queued(uint64_t id, uint64_t queued_us)
+{
+	/* Only matters if rokd dies before the task starts. */
+	struct jev *e = journal_update_new(JEV_QUEUED, id, 0, NULL);
+
+	if (e == NULL)
+		return;
+	e->u.qu.queued_us = queued_us;
+	journal_push_one(e);
+}
+
 void journal_cancel_requested(uint64_t id)
 {
 	/* Only matters if rokd dies before the task ends. */
@@ -822,6 +845,7 @@ static int journal_write(const struct jev *e, const struct journal_idset *fin)
 			                  (int)e->u.sp.group_len, SQLITE_STATIC);
 		else
 			sqlite3_bind_null(st, 6);
+		sqlite3_bind_int64(st, 7, (sqlite3_int64)e->u.sp.queued_us);
 		return journal_step(st);
 	case JEV_START:
 		if (journal_idset_has(fin, e->id))
@@ -869,6 +893,13 @@ static int journal_write(const struct jev *e, const struct journal_idset *fin)
 		sqlite3_bind_int64(st, 1, (sqlite3_int64)e->id);
 		sqlite3_bind_int64(st, 2, e->u.rq.run);
 		sqlite3_bind_int64(st, 3, (sqlite3_int64)e->u.rq.next_us);
+		return journal_step(st);
+	case JEV_QUEUED:
+		if (journal_idset_has(fin, e->id))
+			return SQLITE_OK;   /* finished: nothing to queue again */
+		st = journal.st[JST_QUEUED];
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)e->id);
+		sqlite3_bind_int64(st, 2, (sqlite3_int64)e->u.qu.queued_us);
 		return journal_step(st);
 	case JEV_CANCEL:
 		st = journal.st[JST_CANCEL];

@@ -16,7 +16,7 @@
 /* "ROKJ": PRAGMA application_id of a rok journal. */
 #define JOURNAL_APPLICATION_ID 0x524f4b4a
 /* PRAGMA user_version this rokd writes (the last migration step). */
-#define JOURNAL_SCHEMA_VERSION 6
+#define JOURNAL_SCHEMA_VERSION 7
 
 /* ---- journal-schema.c (main thread, before the journal thread runs) --- */
 /*
@@ -67,6 +67,11 @@ struct journal_spawn_item {
 	uint64_t spawned_us;
 	const uint8_t *group;       /* its TaskSpec.group, idem; len 0: none */
 	size_t group_len;
+	/* When it entered its group's queue (tasktab_queued_us): a task
+	 * with nothing to wait for enters at its spawn, and its insert
+	 * records that, with no update of its own; 0: it waits in the gate
+	 * first (journal_queued records its entry). */
+	uint64_t queued_us;
 };
 
 /*
@@ -116,8 +121,20 @@ uint64_t journal_finished(const struct journal_finish *f);
 uint64_t journal_committed(void);
 void journal_cancel_requested(uint64_t id);
 /* A failed run of id with retries left: queued again as run `run`, not
- * before next_us (wall clock). */
+ * before next_us (wall clock); its queue entry is forgotten (the run waits
+ * in the gate again). */
 void journal_requeued(uint64_t id, uint32_t run, uint64_t next_us);
+/*
+ * Any thread: the current run of task `id` entered its group's queue at
+ * queued_us (wall clock), after waiting in the gate (or restored from a
+ * row of an older rokd without it).  Nobody waits for it: it rides on the
+ * next commit (the linger, or the next spawn's).  If rokd dies before
+ * that, the row still says 0, and the next start takes the task through
+ * the gate again: it enters its queue at that start, behind every task
+ * whose entry was committed (a row of an older rokd that never waited in
+ * the gate counts from its spawn again).
+ */
+void journal_queued(uint64_t id, uint64_t queued_us);
 /*
  * Any thread: the child of exec task `id` started and leads process group
  * `pgid`, which it created at `start_ticks` (/proc/<pid>/stat field 22).

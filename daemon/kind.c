@@ -162,8 +162,11 @@ int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
 	if (k->frame_size > sizeof(f.body))
 		return -EINVAL;
 	/* Into its group's queue now, on the starting thread: the queue
-	 * sees tasks in the order they are started. */
-	int err = k->slot ? queue_submit(spec, tasktab_uid(r), &f.ticket) : 0;
+	 * sees tasks in the order they are started, each with the time its
+	 * run entered it (kept across a restart). */
+	int err = k->slot ? queue_submit(spec, tasktab_uid(r),
+	                                 tasktab_queue_entry(r), &f.ticket)
+	                  : 0;
 	if (err < 0)
 		return err;
 	k->init(f.body, r, spec);

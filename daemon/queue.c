@@ -7,8 +7,14 @@
  * later the gate of dependencies and delayed starts): kind_spawn calls
  * queue_submit, on the thread that starts the task, before the task's
  * runtime task exists, so the queue sees tasks in the order they were
- * started (recovery starts them in id order: the original order).  The
- * built-in kinds never come here: they hold no process and start at once.
+ * started (recovery starts them in the order they had entered their
+ * queues, journal-recover.c).  The built-in kinds never come here: they
+ * hold no process and start at once.
+ *
+ * An entry's time (qcore's enq_ns, which aging counts from) is when the
+ * task's run entered the queue (tasktab_queue_entry): its spawn, its
+ * release by the gate, or for a task restored by the recovery that time
+ * before the restart, as the journal kept it (queue_enq_ns).
  *
  * queue_submit puts a ticket into its group's queue (qcore.c decides who
  * is next) and grants every slot that is free at once.  A grant is a send
@@ -32,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "group.h"
 #include "journal.h"
@@ -109,6 +116,31 @@ static int64_t queue_now(void)
 	return rok_now();
 }
 
+/*
+ * The queue's clock (rok_now, monotonic) at wall-clock time queued_us, in
+ * the past: now less the wait so far.  The wait of a task restored by the
+ * recovery began before the restart, when the monotonic clock (which a
+ * reboot resets) meant nothing to this process: only the wall clock links
+ * the two, and the time rokd was down counts as waiting.  A time ahead of
+ * the wall clock (it went back) counts as now.
+ */
+static int64_t queue_enq_ns(uint64_t queued_us)
+{
+	struct timespec ts;
+	int64_t now = queue_now();
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t wall = (uint64_t)ts.tv_sec * 1000000 +
+	                (uint64_t)ts.tv_nsec / 1000;
+	if (queued_us == 0 || queued_us >= wall)
+		return now;
+	uint64_t waited = wall - queued_us;
+	/* A wait of centuries is as good as one of 100 years (and fits). */
+	if (waited > (uint64_t)100 * 366 * 86400 * 1000000)
+		waited = (uint64_t)100 * 366 * 86400 * 1000000;
+	return now - (int64_t)waited * 1000;
+}
+
 /* Lock held: grants every slot of g that is free now. */
 void queue_run_locked(struct group *g)
 {
@@ -165,7 +197,8 @@ void queue_group_partition(const TaskSpec *spec, char *buf, size_t len)
 	queue_unlock();
 }
 
-int queue_submit(const TaskSpec *spec, uid_t uid, struct qticket **out)
+int queue_submit(const TaskSpec *spec, uid_t uid, uint64_t queued_us,
+                 struct qticket **out)
 {
 	struct qticket *t = calloc(1, sizeof(*t));
 	int err;
@@ -183,7 +216,7 @@ int queue_submit(const TaskSpec *spec, uid_t uid, struct qticket **out)
 		err = -ENOENT;
 	else
 		err = qcore_push(&g->q, &t->q, uid, queue_class(spec->priority),
-		                 queue_now());
+		                 queue_enq_ns(queued_us));
 	if (err < 0) {
 		queue_unlock();
 		rok_oneshot_drop_sender(t->grant);

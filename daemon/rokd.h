@@ -159,8 +159,12 @@ struct qticket;
  * rokd.conf and of the journal.  0, or -1 with a message. */
 int queue_init(char *err, size_t len);
 void queue_free(void);
-/* -ENOENT: no such group (or being removed); -ENOMEM. */
-int queue_submit(const TaskSpec *spec, uid_t uid, struct qticket **out);
+/* Queues a ticket for a task that entered its queue at queued_us (wall
+ * clock, tasktab_queue_entry: now, or earlier for one whose wait began
+ * before a restart; aging counts that wait).  -ENOENT: no such group (or
+ * being removed); -ENOMEM. */
+int queue_submit(const TaskSpec *spec, uid_t uid, uint64_t queued_us,
+                 struct qticket **out);
 rok_poll queue_await(rok_cx *cx, struct qticket *t, rok_chan_op *op);
 void queue_leave(struct qticket *t);
 /* Why t's task waits, for people ("" when it does not). */
@@ -390,7 +394,8 @@ size_t tasktab_list(uid_t uid, int state, const char *group, uint64_t after,
 /*
  * The journal's side (journal-*.c).  tasktab_set_next_id: ids continue
  * from `next` (recovery).  tasktab_restore: a queued record with a known
- * id, in its run `run` (recovery; no max_queued check).  tasktab_discard:
+ * id, in its run `run`, whose run entered its group's queue at queued_us
+ * (0: not yet; recovery; no max_queued check).  tasktab_discard:
  * drops a record that was never started nor acknowledged (its spawn could
  * not be journaled).
  * tasktab_forget: a finished task was pruned, it is gone from memory too.
@@ -400,10 +405,21 @@ void tasktab_set_next_id(uint64_t next);
 uint64_t tasktab_next_id(void);
 int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
                     const TaskSpec *spec, uint64_t spawned_us,
-                    uint32_t retries, uint32_t run, struct rtask **out);
+                    uint64_t queued_us, uint32_t retries, uint32_t run,
+                    struct rtask **out);
 void tasktab_discard(struct rtask *r);
 void tasktab_forget(uint64_t id);
 uint64_t tasktab_spawned_us(const struct rtask *r);
+/* The spawn's insert: when a new task enters its group's queue (its
+ * spawn time), or 0 when it waits in the gate first. */
+uint64_t tasktab_queued_us(const struct rtask *r);
+/*
+ * kind_spawn, on the thread that starts r's run, before its runner exists:
+ * when the run entered its group's queue (wall clock, us).  The first call
+ * of a run that waited in the gate says now, and records that in the
+ * journal (journal_queued, no wait); a restored run keeps its time.
+ */
+uint64_t tasktab_queue_entry(struct rtask *r);
 
 /*
  * For gate.c.  tasktab_dep_visible: whether id exists (in memory or the
@@ -480,6 +496,14 @@ int gate_check(const TaskSpec *spec, uid_t uid, char *err, size_t len);
 int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
                 size_t len, uint64_t not_before_us);
 int gate_submit_packed(struct rtask *r, const uint8_t *packed, size_t len);
+/*
+ * Main thread, recovery: a gated task whose run had left the gate (its
+ * queue entry is in the journal) before rokd stopped: registered as
+ * started, for its end and its retries, but not held; the caller starts
+ * it (tasktab_start) at once, in its place in the queue.  0, or -ENOMEM
+ * (the task was failed).
+ */
+int gate_submit_started(struct rtask *r, const uint8_t *packed, size_t len);
 /* tasktab_finish, after a task's final outcome: its dependents resolve;
  * `gated`: its own entry goes.  Cheap when nothing depends on anything. */
 void gate_ended(uint64_t id, int state, bool gated);

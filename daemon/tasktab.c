@@ -74,6 +74,17 @@ struct rtask {
 	uint32_t retry_failed;         /* from the spec: more runs on failure */
 	uint64_t backoff_ms;
 	uint64_t not_before_us;        /* queued: delay or retry backoff */
+	/*
+	 * When this run entered (or, not gated, enters) its group's queue,
+	 * wall clock; 0: not yet.  queued_noted: the journal has it (the
+	 * spawn's insert, the row at recovery, or journal_queued).  The
+	 * starter's, as `run` (tasktab_start): written at creation, by the
+	 * thread that starts the run before its runner exists
+	 * (tasktab_queue_entry), and cleared by tasktab_requeue once the run
+	 * ended; never read by anyone else.
+	 */
+	uint64_t queued_us;
+	bool queued_noted;
 	uint64_t wait_dep;             /* queued: a dependency not ended yet */
 	bool gated;                    /* gate.c holds it: gate_ended hears
 	                                  of its end */
@@ -490,6 +501,14 @@ static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
 	r->run = 1;
 	r->retry_failed = spec->retry_failed;
 	r->backoff_ms = spec->backoff_ms;
+	/* With nothing to wait for it enters its queue as it starts, right
+	 * after the spawn's commit, which records this time with it (the
+	 * callers put tasktab_queued_us into the insert); a gated one when
+	 * the gate releases it. */
+	if (!gate_needed(spec)) {
+		r->queued_us = r->spawned_us;
+		r->queued_noted = true;
+	}
 	return r;
 }
 
@@ -591,7 +610,8 @@ static bool tasktab_announce(struct rtask *r, struct events_ev *ev)
 
 int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
                     const TaskSpec *spec, uint64_t spawned_us,
-                    uint32_t retries, uint32_t run, struct rtask **out)
+                    uint64_t queued_us, uint32_t retries, uint32_t run,
+                    struct rtask **out)
 {
 	struct rtask *r = tasktab_new_record(uid, k, spec);
 
@@ -602,6 +622,15 @@ int tasktab_restore(uint64_t id, uid_t uid, const struct kind *k,
 	r->spawned_us = spawned_us;
 	r->retries = retries;
 	r->run = run > 0 ? run : 1;
+	if (queued_us != 0) {
+		r->queued_us = queued_us;
+		r->queued_noted = true;
+	} else if (!gate_needed(spec)) {
+		/* A row of a rokd before the queued_us column: it entered
+		 * its queue at its spawn.  Written at its entry now. */
+		r->queued_us = spawned_us;
+		r->queued_noted = false;
+	}
 	pthread_mutex_lock(&tab.lock);
 	if ((r->user = tasktab_user_get(uid)) == NULL) {
 		pthread_mutex_unlock(&tab.lock);
@@ -656,6 +685,26 @@ void tasktab_forget(uint64_t id)
 uint64_t tasktab_spawned_us(const struct rtask *r)
 {
 	return r->spawned_us;
+}
+
+uint64_t tasktab_queued_us(const struct rtask *r)
+{
+	return r->queued_us;
+}
+
+uint64_t tasktab_queue_entry(struct rtask *r)
+{
+	if (r->queued_us == 0) {
+		r->queued_us = tasktab_now_us();
+		r->queued_noted = false;
+	}
+	if (!r->queued_noted) {
+		/* Rides on the next commit; see journal_queued for a death
+		 * before it. */
+		r->queued_noted = true;
+		journal_queued(r->id, r->queued_us);
+	}
+	return r->queued_us;
 }
 
 uint64_t tasktab_id(const struct rtask *r)
@@ -848,6 +897,10 @@ static bool tasktab_requeue(struct rtask *r, const struct rt_outcome *o,
 	tasktab_set_state(r, RT_QUEUED, ev);
 	ev->time_us = tasktab_now_us();
 	r->started_us = 0;
+	/* The next run waits in the gate, then queues anew (its row's
+	 * queued_us is cleared with the requeue). */
+	r->queued_us = 0;
+	r->queued_noted = false;
 	r->ctl = NULL;
 	free(r->why);
 	r->why = NULL;

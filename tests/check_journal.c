@@ -226,9 +226,11 @@ END_TEST
  * A journal written by a rokd of schema version 1 (the tasks table before
  * step 2) gains the pgid and pg_start columns (step 2), then run and
  * next_us (step 3), then the groups table and the grp column (step 4),
- * slurm_job (step 5) and the groups' partition (step 6), in one open,
- * keeps its rows, and says version 6.  (tests/when.test
- * migrates a version-2 journal written by the release before step 3.)
+ * slurm_job (step 5), the groups' partition (step 6) and queued_us
+ * (step 7: 0, not known), in one open, keeps its rows, and says version 7.
+ * (tests/when.test migrates a version-2 journal written by the release
+ * before step 3, tests/requeue.test one of version 6 that rokd then
+ * recovers.)
  */
 START_TEST(schema_migrates_1_to_4)
 {
@@ -247,9 +249,9 @@ START_TEST(schema_migrates_1_to_4)
 		"PRAGMA application_id = 0x524f4b4a; PRAGMA user_version = 1",
 		NULL, NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
-	ck_assert_int_eq(JOURNAL_SCHEMA_VERSION, 6);
+	ck_assert_int_eq(JOURNAL_SCHEMA_VERSION, 7);
 	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
-	ck_assert_int_eq(jquery("PRAGMA user_version"), 6);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), 7);
 	ck_assert_int_eq(jquery("SELECT count(*) FROM groups"), 0);
 	ck_assert_int_eq(jquery("SELECT grp IS NULL FROM tasks WHERE id = 7"), 1);
 	ck_assert_int_eq(jquery("SELECT count(*) FROM pragma_table_info('tasks')"
@@ -265,9 +267,10 @@ START_TEST(schema_migrates_1_to_4)
 	ck_assert_int_eq(jquery("SELECT value FROM meta WHERE key = 'max_id'"), 7);
 	ck_assert_int_eq(jquery("SELECT count(*) FROM pragma_table_info("
 	                        "'groups') WHERE name = 'partition'"), 1);
-	/* Migrated once: a second open finds version 6 and changes nothing. */
+	ck_assert_int_eq(jquery("SELECT queued_us FROM tasks WHERE id = 7"), 0);
+	/* Migrated once: a second open finds version 7 and changes nothing. */
 	ck_assert_int_eq(jopen(err, sizeof(err)), 0);
-	ck_assert_int_eq(jquery("PRAGMA user_version"), 6);
+	ck_assert_int_eq(jquery("PRAGMA user_version"), 7);
 	jcleanup();
 }
 END_TEST
@@ -560,6 +563,56 @@ START_TEST(exec_group_rows)
 }
 END_TEST
 
+/*
+ * When a run entered its group's queue: a spawn's insert carries it (a
+ * task that queues at once), journal_queued records a release by the gate,
+ * a retry's requeue forgets it, and a finished row keeps what it had.
+ */
+START_TEST(queue_entry_rows)
+{
+	TaskSpec spec = ROK__V1__TASK_SPEC__INIT;
+	uint8_t buf[256];
+
+	jstart();
+	spec.kind.data = (uint8_t *)"exec";
+	spec.kind.len = 4;
+	struct journal_spawn_item it = {
+		.id = 1, .uid = 0, .kind = "exec", .spec = buf,
+		.spec_len = rok__v1__task_spec__pack(&spec, buf),
+		.spawned_us = 1234, .queued_us = 1234,
+	};
+	ck_assert_int_eq(journal_spawn(&it, 1, jdone_cb, NULL), 0);
+	ck_assert_int_eq(sem_wait(&jdone), 0);
+	ck_assert_int_eq(atomic_load(&jdone_err), 0);
+	ck_assert_int_eq(jquery("SELECT queued_us FROM tasks WHERE id = 1"),
+	                 1234);
+	jspawn(2, "exec", 0);   /* waits in the gate: not queued yet */
+	ck_assert_int_eq(jquery("SELECT queued_us FROM tasks WHERE id = 2"), 0);
+	journal_queued(2, 5678);
+	jspawn(3, "noop", 0);   /* the FIFO: committed after the above */
+	ck_assert_int_eq(jquery("SELECT queued_us FROM tasks WHERE id = 2"),
+	                 5678);
+	journal_started(2, 5700);
+	journal_requeued(2, 2, 9000);
+	jspawn(4, "noop", 0);
+	ck_assert_int_eq(jquery("SELECT queued_us = 0 AND run = 2 AND state = 1 "
+	                        "FROM tasks WHERE id = 2"), 1);
+	journal_queued(2, 9100);
+	struct journal_finish f = { .id = 2, .state = RT_FAILED,
+	                            .started_us = 9200,
+	                            .finished_us = jnow_us() };
+	journal_finished(&f);
+	journal_queued(2, 9999);   /* late: the row is final */
+	jspawn(5, "noop", 0);
+	ck_assert_int_eq(jquery("SELECT state FROM tasks WHERE id = 2"),
+	                 RT_FAILED);
+	ck_assert_int_ne(jquery("SELECT queued_us FROM tasks WHERE id = 2"),
+	                 9999);
+	journal_stop();
+	jcleanup();
+}
+END_TEST
+
 /* A child that leads its own process group and sleeps until killed. */
 static pid_t jleader(void)
 {
@@ -801,12 +854,13 @@ START_TEST(durability_off_keeps_no_update)
 		journal_started(id, 1);
 		journal_exec_started(id, 7, 1);
 		journal_requeued(id, 2, 1);
+		journal_queued(id, 1);
 		journal_exec_gone(id);
 		journal_cancel_requested(id);
 		journal_finished(&f);
 	}
 	size_t after = mallinfo2().uordblks;
-	ck_assert_msg(after <= before + 4096, "%zu bytes kept for 6000 "
+	ck_assert_msg(after <= before + 4096, "%zu bytes kept for 7000 "
 	              "updates with durability = off", after - before);
 	journal_stop();
 	jcleanup();
@@ -825,6 +879,7 @@ static Suite *journal_suite(void)
 		{ "read_ids_by_group", read_ids_by_group },
 		{ "spawn_any_then_detach", spawn_any_then_detach },
 		{ "exec_group_rows", exec_group_rows },
+		{ "queue_entry_rows", queue_entry_rows },
 		{ "orphans_rules", orphans_rules },
 		{ "prune_keeps_max_id", prune_keeps_max_id },
 		{ "checkpoint_after_inline_commits",

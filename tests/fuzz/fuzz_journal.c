@@ -309,6 +309,9 @@ static const char *const fuzz_seed_sql[] = {
 	"UPDATE tasks SET pgid = 2147483648 WHERE id = 7",
 	"UPDATE tasks SET pgid = 'abc' WHERE id = 7",
 	"UPDATE tasks SET output_truncated = 2",
+	"UPDATE tasks SET queued_us = -1",
+	"UPDATE tasks SET queued_us = 9223372036854775807 WHERE id IN (1, 3)",
+	"UPDATE tasks SET queued_us = 'soon', state = 1",
 	"ALTER TABLE tasks DROP COLUMN pg_start; ALTER TABLE tasks DROP COLUMN "
 	"pgid; PRAGMA user_version = 1",
 	"PRAGMA user_version = 1",

@@ -231,6 +231,7 @@ void quota_explain(uid_t uid, int kind, char *buf, size_t len);
 
 /* ---- idlist.c: the id lists of requests (reactor thread) ------------- */
 struct conn;
+struct conn_answer;
 
 /* Whether n ids (or specs: `what`) are within config.max_ids; if not,
  * answers INVALID_ARGUMENT and returns false. */
@@ -288,29 +289,22 @@ int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
  */
 void tasktab_committed(struct rtask *r);
 
-/*
- * Who to answer when a task ends: a spawn --wait without a wait timeout
- * is answered by the task itself, without a waiting task of its own.
- */
-struct rt_reply {
-	struct conn *conn;          /* NULL: nobody; else a wait is begun */
-	uint64_t req_id;
-};
-
 /* Starts the runtime task of a created record (reactor thread): 0 or
- * -errno, then the record is finished as failed (and `reply` answered). */
+ * -errno, then the record is finished as failed.  `reply` (NULL: none;
+ * else a spawn --wait without a wait timeout, answered by the task itself
+ * as it ends, or now if it cannot start): the reference is taken. */
 int tasktab_start(struct rtask *r, const TaskSpec *spec,
-                  const struct rt_reply *reply);
+                  struct conn_answer *reply);
 /* The same from a packed spec (borrowed), as the journal holds it: one
  * that cannot be unpacked (out of memory) fails the record the same way. */
 int tasktab_start_packed(struct rtask *r, const uint8_t *spec, size_t len,
-                         const struct rt_reply *reply);
+                         struct conn_answer *reply);
 
 uint64_t tasktab_id(const struct rtask *r);
 
-/* Answers a spawn --wait with the task as it is now (any thread): ends the
- * wait begun on reply->conn. */
-void tasktab_reply(uint64_t id, const struct rt_reply *reply);
+/* Answers a spawn --wait with the task as it is now (any thread), unless
+ * its connection closed and gave the wait back; takes the reference. */
+void tasktab_reply(uint64_t id, struct conn_answer *reply);
 
 /* The worker side of a kind: marks the task running / finished. */
 void tasktab_running(struct rtask *r);
@@ -586,9 +580,10 @@ int kind_check(const struct kind *k, const TaskSpec *spec, char *err,
 /* Spawns the runtime task that runs record r: 0 or -errno.  *ticket: its
  * place in its group's queue (kind->slot; else NULL), owned by the runner,
  * which frees it after tasktab_finish: tasktab_start keeps it in r for the
- * `waiting` of its TaskInfo while r is unfinished. */
+ * `waiting` of its TaskInfo while r is unfinished.  `reply` (NULL: none)
+ * is taken on success: the runner answers it as the task ends. */
 int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
-               const struct rt_reply *reply, rok_task **handle,
+               struct conn_answer *reply, rok_task **handle,
                struct qticket **ticket);
 
 extern const struct kind kind_noop, kind_sleep, kind_echo, kind_exec;
@@ -732,6 +727,23 @@ bool conn_add_waiter(struct conn *c, rok_task *t);
  */
 void conn_hold(struct conn *c);
 void conn_release(struct conn *c);
+
+/*
+ * A wait answered by something other than a runtime wait: the task of a
+ * plain spawn --wait answers it as it ends.  Reactor thread:
+ * conn_answer_new makes one for the wait of request req_id, begun with
+ * conn_begin_wait, and returns the answerer's reference (the connection
+ * keeps its own); NULL: no memory, the wait stays the caller's.  If c
+ * closes first, it gives the wait back then.  Any thread:
+ * conn_answer_claim returns, once, the connection whose wait the caller
+ * now ends (reply_post, or conn_end_wait on the reactor thread), or NULL
+ * if the close did; conn_answer_unref drops a reference (NULL-safe).
+ */
+struct conn_answer;
+struct conn_answer *conn_answer_new(struct conn *c, uint64_t req_id);
+struct conn *conn_answer_claim(struct conn_answer *a);
+uint64_t conn_answer_req_id(const struct conn_answer *a);
+void conn_answer_unref(struct conn_answer *a);
 
 /* Any thread: encodes resp now and delivers it on the reactor thread, ending
  * a wait begun with conn_begin_wait. */

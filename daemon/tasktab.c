@@ -641,20 +641,26 @@ uint64_t tasktab_id(const struct rtask *r)
 	return r->id;
 }
 
-void tasktab_reply(uint64_t id, const struct rt_reply *reply)
+void tasktab_reply(uint64_t id, struct conn_answer *reply)
 {
 	Response resp = ROK__V1__RESPONSE__INIT;
 	Rok__V1__SpawnReply sr = ROK__V1__SPAWN_REPLY__INIT;
 	TaskInfo info;
+	struct conn *c = conn_answer_claim(reply);
 
-	tasktab_info(id, conn_uid(reply->conn), &info);
+	if (c == NULL) {   /* its client left: the wait was given back */
+		conn_answer_unref(reply);
+		return;
+	}
+	tasktab_info(id, conn_uid(c), &info);
 	sr.id = id;
 	sr.task = &info;
-	resp.id = reply->req_id;
+	resp.id = conn_answer_req_id(reply);
 	resp.body_case = ROK__V1__RESPONSE__BODY_SPAWN;
 	resp.spawn = &sr;
-	reply_post(reply->conn, &resp);
+	reply_post(c, &resp);
 	tasktab_info_free(&info);
+	conn_answer_unref(reply);
 }
 
 /* Lock held.  Moves a record to a new state, keeping the counts; fills
@@ -678,7 +684,7 @@ static void tasktab_set_state(struct rtask *r, int state,
 }
 
 int tasktab_start(struct rtask *r, const TaskSpec *spec,
-                  const struct rt_reply *reply)
+                  struct conn_answer *reply)
 {
 	rok_task *h;
 	struct qticket *t;
@@ -699,7 +705,7 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 		         err == -ENOENT ? "its group does not exist (removed?)"
 		                        : strerror(-err));
 		tasktab_finish(r, &o);   /* r may go from here on */
-		if (reply != NULL && reply->conn != NULL)
+		if (reply != NULL)
 			tasktab_reply(id, reply);
 		return err;
 	}
@@ -730,7 +736,7 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 }
 
 int tasktab_start_packed(struct rtask *r, const uint8_t *spec, size_t len,
-                         const struct rt_reply *reply)
+                         struct conn_answer *reply)
 {
 	/* Decoded into this thread's arena (the reactor's, the journal
 	 * thread's or a worker's), no malloc per field: tasktab_start copies
@@ -756,7 +762,7 @@ int tasktab_start_packed(struct rtask *r, const uint8_t *spec, size_t len,
 		         "memory");
 		tasktab_finish(r, &o);
 		arena_release(&ar.a, mark);
-		if (reply != NULL && reply->conn != NULL)
+		if (reply != NULL)
 			tasktab_reply(id, reply);
 		return -ENOMEM;
 	}

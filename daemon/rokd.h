@@ -460,6 +460,10 @@ void tasktab_cancel_all(void);
 #define GATE_RETRY_MAX 1000
 /* Whether a spec waits for anything (else it is started as it comes). */
 bool gate_needed(const TaskSpec *spec);
+/* Any thread: the bytes the gate keeps for a task of spec while it waits
+ * and between its runs (its entry, dependency nodes and packed spec), at
+ * most: counted against its uid's max_task_bytes_per_user (tasktab.c). */
+size_t gate_cost(const TaskSpec *spec);
 /* Reactor thread, at spawn: the spec's dependencies exist and are visible
  * to uid, its start time and retry settings within bounds; 0, or -1 with
  * a message in err (INVALID_ARGUMENT). */

@@ -54,7 +54,10 @@ struct rtask {
 	const struct kind *kind;
 	size_t nargs;
 	ProtobufCBinaryData *args;     /* one allocation with the bytes */
-	size_t bytes;                  /* of args and value: its uid's count */
+	size_t bytes;                  /* of args and value, and gate_bytes:
+	                                  its uid's count */
+	size_t gate_bytes;             /* what the gate keeps for it until
+	                                  its final outcome (gate_cost) */
 	uint8_t *value;
 	size_t value_len;
 	bool has_exit_code, has_signal;
@@ -103,7 +106,7 @@ struct rtask {
 struct tasktab_user {
 	uid_t uid;
 	uint64_t queued, running, nfinished;
-	uint64_t bytes;                /* its records' args and values */
+	uint64_t bytes;                /* its records' bytes (rtask.bytes) */
 	struct rtask *fhead, *ftail;
 	struct tasktab_user *next;
 };
@@ -472,6 +475,12 @@ static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
 		}
 		memcpy(r->group, spec->group.data, spec->group.len);
 		r->group[spec->group.len] = '\0';
+	}
+	/* The gate keeps a copy of the spec (every run needs it): counted
+	 * with the args while the task has not reached its final outcome. */
+	if (gate_needed(spec)) {
+		r->gate_bytes = gate_cost(spec);
+		r->bytes += r->gate_bytes;
 	}
 	r->mgroup = metrics_group(r->group);
 	r->cls = (uint8_t)queue_class(spec->priority);
@@ -859,6 +868,10 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 	r->value_len = o->value_len;
 	r->bytes += r->value_len;
 	r->user->bytes += r->value_len;
+	/* Final: the gate lets go of its copy (gate_ended, just after). */
+	r->bytes -= r->gate_bytes;
+	r->user->bytes -= r->gate_bytes;
+	r->gate_bytes = 0;
 	o->value = NULL;
 	r->has_exit_code = o->has_exit_code;
 	r->exit_code = o->exit_code;

@@ -625,6 +625,9 @@ enum {
 	EVENTS_STATE = 1u << 0,     /* a task was queued or started */
 	EVENTS_END = 1u << 1,       /* a task ended */
 	EVENTS_OUTPUT = 1u << 2,    /* an exec task appended output */
+	EVENTS_GONE = 1u << 3,      /* a spawn the journal refused: its id,
+	                               seen while its commit was pending,
+	                               never was a task (state 0) */
 };
 /* An EVENTS_OUTPUT event of this id stands for any task's: events.c
  * queues at most EVENTS_OUTPUT_MAX of them at once and, past that, one of

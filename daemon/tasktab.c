@@ -625,8 +625,15 @@ uint64_t tasktab_next_id(void)
 void tasktab_discard(struct rtask *r)
 {
 	pthread_mutex_lock(&tab.lock);
+	/* A watch of its id (cmd-watch.c) may have started while the commit
+	 * was pending: it hears that the id is gone, no one else does. */
+	struct events_ev ev = {
+		.kind = EVENTS_GONE, .id = r->id, .uid = r->uid,
+		.seq = ++tab.seq,
+	};
 	tasktab_unlink(r);   /* queued, never started: not on the FIFO */
 	pthread_mutex_unlock(&tab.lock);
+	events_publish(&ev);
 }
 
 void tasktab_forget(uint64_t id)

@@ -58,6 +58,9 @@ int cmd_create_task(struct conn *c, const TaskSpec *spec, struct rtask **out,
  * refuse it any more: the task itself (no time limit) or a waiter (a time
  * limit) takes the wait over and answers.  A plain spawn is held
  * (conn_hold) until it is answered.  Either keeps the connection alive.
+ * The task's answer goes through a conn_answer: if the client leaves
+ * first, its connection gives the wait back at the close (conn.c), and
+ * the task runs on, as a waiter's tasks do.
  */
 struct spawn_pending {
 	struct conn *conn;
@@ -66,6 +69,8 @@ struct spawn_pending {
 	bool wait;
 	uint64_t wait_timeout_ms;
 	bool gated;                 /* waits in the gate (gate_needed) */
+	struct conn_answer *answer; /* owned, for a spawn answered by its
+	                               task (spawn_answered_by_task) */
 	size_t spec_len;
 	uint8_t spec[];             /* packed TaskSpec */
 };
@@ -74,6 +79,21 @@ struct spawn_pending {
 static bool spawn_answered_by_task(const struct spawn_pending *p)
 {
 	return p->wait && p->wait_timeout_ms == 0 && !p->gated;
+}
+
+/*
+ * Reactor thread, for a spawn answered here (an error) rather than by its
+ * task: true if p->conn is still the caller's to answer; false if its
+ * close gave the wait back already (then p->conn may be gone).
+ */
+static bool spawn_claim(struct spawn_pending *p)
+{
+	if (p->answer == NULL)
+		return true;
+	bool mine = conn_answer_claim(p->answer) != NULL;
+	conn_answer_unref(p->answer);
+	p->answer = NULL;
+	return mine;
 }
 
 /* Lets the connection go when the spawn was answered here. */
@@ -98,9 +118,12 @@ static void cmd_spawn_done(void *arg, int err, const char *msg)
 	if (err < 0) {
 		/* Never acknowledged, never started: it did not happen. */
 		tasktab_discard(p->rec);
-		conn_send_error(c, p->req_id, ROK__V1__ERROR_CODE__UNAVAILABLE,
-		                "%s; the task was not spawned", msg);
-		spawn_let_go(p);
+		if (spawn_claim(p)) {
+			conn_send_error(c, p->req_id,
+			                ROK__V1__ERROR_CODE__UNAVAILABLE,
+			                "%s; the task was not spawned", msg);
+			spawn_let_go(p);
+		}
 		free(p);
 		return;
 	}
@@ -108,9 +131,10 @@ static void cmd_spawn_done(void *arg, int err, const char *msg)
 	/* Watchers hear of it once it is started (see tasktab_create). */
 	if (spawn_answered_by_task(p)) {
 		/* The task answers when it ends (now if it cannot start),
-		 * ending the wait begun. */
-		struct rt_reply reply = { c, p->req_id };
-		(void)tasktab_start_packed(p->rec, p->spec, p->spec_len, &reply);
+		 * ending the wait begun, unless its connection closed first;
+		 * it takes the answer. */
+		(void)tasktab_start_packed(p->rec, p->spec, p->spec_len,
+		                           p->answer);
 		free(p);
 		return;
 	}
@@ -157,6 +181,7 @@ void cmd_spawn(struct conn *c, const Request *req)
 	}
 	p->conn = c;
 	p->req_id = req->id;
+	p->answer = NULL;
 	p->wait = sp->wait;
 	p->wait_timeout_ms = sp->wait_timeout_ms;
 	if (p->wait) {
@@ -181,6 +206,15 @@ void cmd_spawn(struct conn *c, const Request *req)
 	}
 	p->spec_len = rok__v1__task_spec__pack(sp->spec, p->spec);
 	p->gated = gate_needed(sp->spec);
+	if (spawn_answered_by_task(p) &&
+	    (p->answer = conn_answer_new(c, req->id)) == NULL) {
+		tasktab_discard(p->rec);
+		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__INTERNAL,
+		                "out of memory");
+		spawn_let_go(p);
+		free(p);
+		return;
+	}
 	struct journal_spawn_item item = {
 		.id = tasktab_id(p->rec), .uid = conn_uid(c),
 		.kind = kind_find(sp->spec->kind.data, sp->spec->kind.len)->name,
@@ -195,6 +229,7 @@ void cmd_spawn(struct conn *c, const Request *req)
 	        : journal_spawn(&item, 1, cmd_spawn_done, p);
 	if (e < 0) {
 		tasktab_discard(p->rec);
+		(void)spawn_claim(p);   /* c is open: this thread's to answer */
 		conn_send_error(c, req->id, ROK__V1__ERROR_CODE__UNAVAILABLE,
 		                "journal: %s", strerror(-e));
 		spawn_let_go(p);

@@ -32,6 +32,11 @@
  * this thread.  (A task evicted between that check and its send is still
  * read here, by tasktab_info.)
  *
+ * An id whose spawn is not committed yet is watched as the task it will
+ * be; if the journal refuses that spawn, the record is dropped
+ * (EVENTS_GONE) and the watch ends NOT_FOUND, as it would have had the id
+ * been unknown when it came.
+ *
  * Groups: a watch of a group (without ids) sees the tasks whose
  * TaskInfo.group is that group's name, "default" also those spawned without
  * one; a group that does not exist (yet, or any more) is no error, it
@@ -45,7 +50,7 @@
 #include "reactor.h"
 #include "rokd.h"
 
-#define WATCH_EVENTS (EVENTS_STATE | EVENTS_END)
+#define WATCH_EVENTS (EVENTS_STATE | EVENTS_END | EVENTS_GONE)
 
 enum {
 	WATCH_SNAP = 1u << 0,        /* part of a snapshot */
@@ -164,6 +169,18 @@ static void watch_fail(struct watcher *w, const char *why)
 {
 	reply_post_error(w->conn, w->req_id, ROK__V1__ERROR_CODE__INTERNAL,
 	                 why);
+	watch_free(w);
+}
+
+/* Ends w with NOT_FOUND: task id, one of its ids, never was a task. */
+static void watch_gone(struct watcher *w, uint64_t id)
+{
+	char msg[96];
+
+	snprintf(msg, sizeof(msg), "task %llu: no such task (its spawn was "
+	         "refused)", (unsigned long long)id);
+	reply_post_error(w->conn, w->req_id, ROK__V1__ERROR_CODE__NOT_FOUND,
+	                 msg);
 	watch_free(w);
 }
 
@@ -344,6 +361,14 @@ static void watch_event_cb(const struct events_ev *ev)
 		ssize_t k = watch_find(w, ev->id);
 		if (w->ids != NULL && k < 0)
 			continue;
+		if (ev->kind == EVENTS_GONE) {
+			/* Watched while its spawn's commit was pending, then
+			 * refused by the journal: it never was a task, and no
+			 * end would ever come.  Nobody else saw it. */
+			if (k >= 0)
+				watch_gone(w, ev->id);
+			continue;
+		}
 		if (!watch_wants(w, ev->state, k >= 0))
 			continue;
 		watch_queue(w, ev);

@@ -31,7 +31,9 @@
  * plus a wake-up, see sched/reactor.h), where it is written if the
  * connection is still open, and the reference is dropped.  Waits on
  * tasks (waiter.c) are cancelled when their connection closes, so a client
- * that left holds nothing until its tasks end.  A connection is
+ * that left holds nothing until its tasks end; the wait of a plain spawn
+ * --wait, which its task answers (conn_answer_new), is given back at the
+ * close, and the task runs on.  A connection is
  * freed when its last reference goes, always on a later loop turn than the
  * callback that closed it (tmux's rule), never inside its own callback.
  *
@@ -94,6 +96,11 @@ struct conn {
 	                             cancelled at its close (finished ones
 	                             are swept out when the array is full) */
 	size_t nwaiters, capwaiters;
+	struct conn_answer **answers; /* owned refs: its waits answered by
+	                             a task (conn_answer_new), given back at
+	                             its close (claimed ones are swept out
+	                             when the array is full) */
+	size_t nanswers, capanswers;
 	struct conn *prev, *next; /* on conns.head, later conns.freeing */
 };
 
@@ -350,6 +357,91 @@ bool conn_add_waiter(struct conn *c, rok_task *t)
 	return true;
 }
 
+/*
+ * A wait answered by whoever claims it first: the task of a plain spawn
+ * --wait, as it ends (kind.c), or the connection, as it closes.  Two
+ * references (the connection's, the answerer's); `claimed` decides, once,
+ * which side ends the wait.
+ */
+struct conn_answer {
+	atomic_int refs;
+	atomic_bool claimed;
+	struct conn *conn;        /* valid until claimed */
+	uint64_t req_id;
+};
+
+/* Sweeps claimed answers out of c's array, growing it when still over
+ * half full (as conn_add_waiter does): false if there is no room. */
+static bool conn_answers_room(struct conn *c)
+{
+	if (c->nanswers < c->capanswers)
+		return true;
+	size_t m = 0;
+	for (size_t i = 0; i < c->nanswers; i++) {
+		if (atomic_load(&c->answers[i]->claimed))
+			conn_answer_unref(c->answers[i]);
+		else
+			c->answers[m++] = c->answers[i];
+	}
+	c->nanswers = m;
+	if (c->capanswers == 0 || m > c->capanswers / 2) {
+		size_t cap = c->capanswers != 0 ? c->capanswers * 2 : 8;
+		struct conn_answer **a = realloc(c->answers, cap * sizeof(*a));
+		if (a != NULL) {
+			c->answers = a;
+			c->capanswers = cap;
+		}
+	}
+	return c->nanswers < c->capanswers;
+}
+
+struct conn_answer *conn_answer_new(struct conn *c, uint64_t req_id)
+{
+	struct conn_answer *a;
+
+	if (c->dead || !conn_answers_room(c) ||
+	    (a = malloc(sizeof(*a))) == NULL)
+		return NULL;
+	atomic_init(&a->refs, 2);
+	atomic_init(&a->claimed, false);
+	a->conn = c;
+	a->req_id = req_id;
+	c->answers[c->nanswers++] = a;
+	return a;
+}
+
+struct conn *conn_answer_claim(struct conn_answer *a)
+{
+	return atomic_exchange(&a->claimed, true) ? NULL : a->conn;
+}
+
+uint64_t conn_answer_req_id(const struct conn_answer *a)
+{
+	return a->req_id;
+}
+
+void conn_answer_unref(struct conn_answer *a)
+{
+	if (a != NULL && atomic_fetch_sub(&a->refs, 1) == 1)
+		free(a);
+}
+
+/* Nobody is left to read what the tasks of its plain spawn --waits will
+ * answer: the waits (quota, in-flight count, reference) are given back
+ * now, and those tasks run on, answering nobody. */
+static void conn_answers_give_back(struct conn *c)
+{
+	for (size_t i = 0; i < c->nanswers; i++) {
+		if (conn_answer_claim(c->answers[i]) != NULL)
+			conn_end_wait(c);   /* not the last reference: the
+			                       connection's own is held */
+		conn_answer_unref(c->answers[i]);
+	}
+	free(c->answers);
+	c->answers = NULL;
+	c->nanswers = c->capanswers = 0;
+}
+
 static void conn_close(struct conn *c, const char *why)
 {
 	if (c->dead)
@@ -379,6 +471,7 @@ static void conn_close(struct conn *c, const char *why)
 		quota_give(c->uid, QUOTA_CONNECTIONS);
 	conn_streams_end(c);        /* its streams end, on a later turn */
 	conn_waiters_cancel(c);
+	conn_answers_give_back(c);
 	conn_unref(c);              /* the connection's own reference */
 }
 

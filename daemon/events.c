@@ -3,7 +3,8 @@
  *
  * The task table (tasktab.c) publishes every state change of a task
  * (queued or running: EVENTS_STATE; an end: EVENTS_END, apart so that
- * logs hears only of those) and exec-output.c every append to a task's
+ * logs hears only of those; a refused spawn dropped: EVENTS_GONE) and
+ * exec-output.c every append to a task's
  * output; the streams that push to clients (cmd-logs.c, cmd-watch.c)
  * subscribe.  So the task layer knows no reply and the stream commands
  * know no kind: both know this file only.
@@ -47,7 +48,7 @@
 #include "reactor.h"
 #include "rokd.h"
 
-#define EVENTS_KINDS 3
+#define EVENTS_KINDS 4
 #define EVENTS_SUBS 4             /* logs, watch: room to spare */
 
 static struct {
@@ -62,7 +63,8 @@ static struct {
 
 static int events_index(unsigned kind)
 {
-	return kind == EVENTS_STATE ? 0 : kind == EVENTS_END ? 1 : 2;
+	return kind == EVENTS_STATE ? 0 : kind == EVENTS_END ? 1
+	       : kind == EVENTS_OUTPUT ? 2 : 3;
 }
 
 bool events_wanted(unsigned kind)

@@ -539,6 +539,14 @@ static void gate_drain(void)
 
 /* ---- the interface ------------------------------------------------------- */
 
+size_t gate_cost(const TaskSpec *spec)
+{
+	/* Its dependencies once each at most (gate_deps drops repeats). */
+	return sizeof(struct gate_entry) +
+	       (spec->n_after + spec->n_after_any) * sizeof(struct gate_dep) +
+	       rok__v1__task_spec__get_packed_size(spec);
+}
+
 static rok_poll gate_life_poll(rok_cx *cx, void *frame)
 {
 	(void)frame;

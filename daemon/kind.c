@@ -36,7 +36,7 @@ struct runner {
 	struct rtask *rec;
 	struct qticket *ticket;     /* its group's slot (kind->slot); owned */
 	rok_chan_op grant_op;
-	struct rt_reply reply;
+	struct conn_answer *reply;  /* owned; NULL: nobody to answer */
 	const struct kind *kind;
 	int64_t timeout_ns;
 	rok_future fut;
@@ -87,8 +87,10 @@ static rok_poll runner_poll(rok_cx *cx, void *frame)
 		/* After the finish: its slot is free once it is seen ended
 		 * (or queued again for a retry, which takes a new ticket). */
 		queue_leave(f->ticket);
-		if (ended && f->reply.conn != NULL)
-			tasktab_reply(id, &f->reply);
+		if (ended && f->reply != NULL)
+			tasktab_reply(id, f->reply);
+		else
+			conn_answer_unref(f->reply);
 	}
 	ROK_END(cx);
 }
@@ -138,12 +140,12 @@ int kind_check(const struct kind *k, const TaskSpec *spec, char *err,
 }
 
 int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
-               const struct rt_reply *reply, rok_task **handle,
+               struct conn_answer *reply, rok_task **handle,
                struct qticket **ticket)
 {
 	struct runner f = {
 		.rec = r,
-		.reply = reply != NULL ? *reply : (struct rt_reply){ NULL, 0 },
+		.reply = reply,
 		.kind = k,
 		.timeout_ns = duration_ns(spec->timeout_ms),
 	};

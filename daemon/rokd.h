@@ -237,6 +237,7 @@ void quota_explain(uid_t uid, int kind, char *buf, size_t len);
 
 /* ---- idlist.c: the id lists of requests (reactor thread) ------------- */
 struct conn;
+struct conn_answer;
 
 /* Whether n ids (or specs: `what`) are within config.max_ids; if not,
  * answers INVALID_ARGUMENT and returns false. */
@@ -291,29 +292,22 @@ void tasktab_free(void);
 int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
                    struct rtask **out);
 
-/*
- * Who to answer when a task ends: a spawn --wait without a wait timeout
- * is answered by the task itself, without a waiting task of its own.
- */
-struct rt_reply {
-	struct conn *conn;          /* NULL: nobody; else a wait is begun */
-	uint64_t req_id;
-};
-
 /* Starts the runtime task of a created record (reactor thread): 0 or
- * -errno, then the record is finished as failed (and `reply` answered). */
+ * -errno, then the record is finished as failed.  `reply` (NULL: none;
+ * else a spawn --wait without a wait timeout, answered by the task itself
+ * as it ends, or now if it cannot start): the reference is taken. */
 int tasktab_start(struct rtask *r, const TaskSpec *spec,
-                  const struct rt_reply *reply);
+                  struct conn_answer *reply);
 /* The same from a packed spec (borrowed), as the journal holds it: one
  * that cannot be unpacked (out of memory) fails the record the same way. */
 int tasktab_start_packed(struct rtask *r, const uint8_t *spec, size_t len,
-                         const struct rt_reply *reply);
+                         struct conn_answer *reply);
 
 uint64_t tasktab_id(const struct rtask *r);
 
-/* Answers a spawn --wait with the task as it is now (any thread): ends the
- * wait begun on reply->conn. */
-void tasktab_reply(uint64_t id, const struct rt_reply *reply);
+/* Answers a spawn --wait with the task as it is now (any thread), unless
+ * its connection closed and gave the wait back; takes the reference. */
+void tasktab_reply(uint64_t id, struct conn_answer *reply);
 
 /* The worker side of a kind: marks the task running / finished. */
 void tasktab_running(struct rtask *r);
@@ -481,6 +475,10 @@ void tasktab_cancel_all(void);
 #define GATE_RETRY_MAX 1000
 /* Whether a spec waits for anything (else it is started as it comes). */
 bool gate_needed(const TaskSpec *spec);
+/* Any thread: the bytes the gate keeps for a task of spec while it waits
+ * and between its runs (its entry, dependency nodes and packed spec), at
+ * most: counted against its uid's max_task_bytes_per_user (tasktab.c). */
+size_t gate_cost(const TaskSpec *spec);
 /* Reactor thread, at spawn: the spec's dependencies exist and are visible
  * to uid, its start time and retry settings within bounds; 0, or -1 with
  * a message in err (INVALID_ARGUMENT). */
@@ -609,9 +607,10 @@ int kind_check(const struct kind *k, const TaskSpec *spec, char *err,
 /* Spawns the runtime task that runs record r: 0 or -errno.  *ticket: its
  * place in its group's queue (kind->slot; else NULL), owned by the runner,
  * which frees it after tasktab_finish: tasktab_start keeps it in r for the
- * `waiting` of its TaskInfo while r is unfinished. */
+ * `waiting` of its TaskInfo while r is unfinished.  `reply` (NULL: none)
+ * is taken on success: the runner answers it as the task ends. */
 int kind_spawn(struct rtask *r, const struct kind *k, const TaskSpec *spec,
-               const struct rt_reply *reply, rok_task **handle,
+               struct conn_answer *reply, rok_task **handle,
                struct qticket **ticket);
 
 extern const struct kind kind_noop, kind_sleep, kind_echo, kind_exec;
@@ -649,6 +648,9 @@ enum {
 	EVENTS_STATE = 1u << 0,     /* a task was queued or started */
 	EVENTS_END = 1u << 1,       /* a task ended */
 	EVENTS_OUTPUT = 1u << 2,    /* an exec task appended output */
+	EVENTS_GONE = 1u << 3,      /* a spawn the journal refused: its id,
+	                               seen while its commit was pending,
+	                               never was a task (state 0) */
 };
 /* An EVENTS_OUTPUT event of this id stands for any task's: events.c
  * queues at most EVENTS_OUTPUT_MAX of them at once and, past that, one of
@@ -755,6 +757,23 @@ bool conn_add_waiter(struct conn *c, rok_task *t);
  */
 void conn_hold(struct conn *c);
 void conn_release(struct conn *c);
+
+/*
+ * A wait answered by something other than a runtime wait: the task of a
+ * plain spawn --wait answers it as it ends.  Reactor thread:
+ * conn_answer_new makes one for the wait of request req_id, begun with
+ * conn_begin_wait, and returns the answerer's reference (the connection
+ * keeps its own); NULL: no memory, the wait stays the caller's.  If c
+ * closes first, it gives the wait back then.  Any thread:
+ * conn_answer_claim returns, once, the connection whose wait the caller
+ * now ends (reply_post, or conn_end_wait on the reactor thread), or NULL
+ * if the close did; conn_answer_unref drops a reference (NULL-safe).
+ */
+struct conn_answer;
+struct conn_answer *conn_answer_new(struct conn *c, uint64_t req_id);
+struct conn *conn_answer_claim(struct conn_answer *a);
+uint64_t conn_answer_req_id(const struct conn_answer *a);
+void conn_answer_unref(struct conn_answer *a);
 
 /* Any thread: encodes resp now and delivers it on the reactor thread, ending
  * a wait begun with conn_begin_wait. */

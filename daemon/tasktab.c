@@ -54,7 +54,10 @@ struct rtask {
 	const struct kind *kind;
 	size_t nargs;
 	ProtobufCBinaryData *args;     /* one allocation with the bytes */
-	size_t bytes;                  /* of args and value: its uid's count */
+	size_t bytes;                  /* of args and value, and gate_bytes:
+	                                  its uid's count */
+	size_t gate_bytes;             /* what the gate keeps for it until
+	                                  its final outcome (gate_cost) */
 	uint8_t *value;
 	size_t value_len;
 	bool has_exit_code, has_signal;
@@ -114,7 +117,7 @@ struct rtask {
 struct tasktab_user {
 	uid_t uid;
 	uint64_t queued, running, nfinished;
-	uint64_t bytes;                /* its records' args and values */
+	uint64_t bytes;                /* its records' bytes (rtask.bytes) */
 	struct rtask *fhead, *ftail;
 	struct tasktab_user *next;
 };
@@ -491,6 +494,12 @@ static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
 		memcpy(r->group, spec->group.data, spec->group.len);
 		r->group[spec->group.len] = '\0';
 	}
+	/* The gate keeps a copy of the spec (every run needs it): counted
+	 * with the args while the task has not reached its final outcome. */
+	if (gate_needed(spec)) {
+		r->gate_bytes = gate_cost(spec);
+		r->bytes += r->gate_bytes;
+	}
 	r->mgroup = metrics_group(r->group);
 	r->cls = (uint8_t)queue_class(spec->priority);
 	r->nargs = spec->n_args;
@@ -666,9 +675,16 @@ void tasktab_discard(struct rtask *r)
 {
 	pthread_mutex_lock(&tab.lock);
 	struct tasktab_user *u = r->user;
+	/* A watch of its id (cmd-watch.c) may have started while the commit
+	 * was pending: it hears that the id is gone, no one else does. */
+	struct events_ev ev = {
+		.kind = EVENTS_GONE, .id = r->id, .uid = r->uid,
+		.seq = ++tab.seq,
+	};
 	tasktab_unlink(r);   /* queued, never started: not on the FIFO */
 	tasktab_user_put(u);
 	pthread_mutex_unlock(&tab.lock);
+	events_publish(&ev);
 }
 
 void tasktab_forget(uint64_t id)
@@ -712,20 +728,26 @@ uint64_t tasktab_id(const struct rtask *r)
 	return r->id;
 }
 
-void tasktab_reply(uint64_t id, const struct rt_reply *reply)
+void tasktab_reply(uint64_t id, struct conn_answer *reply)
 {
 	Response resp = ROK__V1__RESPONSE__INIT;
 	Rok__V1__SpawnReply sr = ROK__V1__SPAWN_REPLY__INIT;
 	TaskInfo info;
+	struct conn *c = conn_answer_claim(reply);
 
-	tasktab_info(id, conn_uid(reply->conn), &info);
+	if (c == NULL) {   /* its client left: the wait was given back */
+		conn_answer_unref(reply);
+		return;
+	}
+	tasktab_info(id, conn_uid(c), &info);
 	sr.id = id;
 	sr.task = &info;
-	resp.id = reply->req_id;
+	resp.id = conn_answer_req_id(reply);
 	resp.body_case = ROK__V1__RESPONSE__BODY_SPAWN;
 	resp.spawn = &sr;
-	reply_post(reply->conn, &resp);
+	reply_post(c, &resp);
 	tasktab_info_free(&info);
+	conn_answer_unref(reply);
 }
 
 /* Lock held.  Moves a record to a new state, keeping the counts; fills
@@ -749,7 +771,7 @@ static void tasktab_set_state(struct rtask *r, int state,
 }
 
 int tasktab_start(struct rtask *r, const TaskSpec *spec,
-                  const struct rt_reply *reply)
+                  struct conn_answer *reply)
 {
 	rok_task *h;
 	struct qticket *t;
@@ -770,7 +792,7 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 		         err == -ENOENT ? "its group does not exist (removed?)"
 		                        : strerror(-err));
 		tasktab_finish(r, &o);   /* r may go from here on */
-		if (reply != NULL && reply->conn != NULL)
+		if (reply != NULL)
 			tasktab_reply(id, reply);
 		return err;
 	}
@@ -813,7 +835,7 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 }
 
 int tasktab_start_packed(struct rtask *r, const uint8_t *spec, size_t len,
-                         const struct rt_reply *reply)
+                         struct conn_answer *reply)
 {
 	/* Decoded into this thread's arena (the reactor's, the journal
 	 * thread's or a worker's), no malloc per field: tasktab_start copies
@@ -839,7 +861,7 @@ int tasktab_start_packed(struct rtask *r, const uint8_t *spec, size_t len,
 		         "memory");
 		tasktab_finish(r, &o);
 		arena_release(&ar.a, mark);
-		if (reply != NULL && reply->conn != NULL)
+		if (reply != NULL)
 			tasktab_reply(id, reply);
 		return -ENOMEM;
 	}
@@ -948,6 +970,10 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 	r->value_len = o->value_len;
 	r->bytes += r->value_len;
 	r->user->bytes += r->value_len;
+	/* Final: the gate lets go of its copy (gate_ended, just after). */
+	r->bytes -= r->gate_bytes;
+	r->user->bytes -= r->gate_bytes;
+	r->gate_bytes = 0;
 	o->value = NULL;
 	r->has_exit_code = o->has_exit_code;
 	r->exit_code = o->exit_code;

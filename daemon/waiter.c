@@ -9,8 +9,8 @@
  * A join's, a race's or a spawn --wait-timeout's wait is cancelled when
  * its connection closes (conn_add_waiter); a select's, and a race's with
  * cancel_rest, go on, to cancel the losers.  (A plain spawn --wait has no
- * wait of its own: its task answers, and holds the connection's wait
- * until it ends.)
+ * wait of its own: its task answers as it ends, and the connection gives
+ * that wait back if it closes first, conn_answer_new.)
  *
  * Task ids are looked up when the wait starts, on the waiter's worker (a
  * task no longer in memory is read from the journal, which must not hold

@@ -558,6 +558,66 @@ static rok_poll gate_life_poll(rok_cx *cx, void *frame)
 	ROK_END(cx);
 }
 
+/* Fails `r`, which the gate could not take in. */
+static int gate_fail_oom(struct rtask *r)
+{
+	struct rt_outcome o = { .state = RT_FAILED };
+
+	snprintf(o.reason, sizeof(o.reason), "could not start: out of memory");
+	tasktab_finish(r, &o);
+	return -ENOMEM;
+}
+
+/* An entry for `r` with room for ndeps dependencies and a copy of its
+ * packed spec; NULL when out of memory. */
+static struct gate_entry *gate_entry_new(struct rtask *r, size_t ndeps,
+                                         const uint8_t *packed, size_t len)
+{
+	struct gate_entry *e = calloc(1, sizeof(*e) +
+	                                 ndeps * sizeof(e->deps[0]));
+	uint8_t *copy = malloc(len > 0 ? len : 1);
+
+	if (e == NULL || copy == NULL) {
+		free(e);
+		free(copy);
+		return NULL;
+	}
+	if (len > 0)
+		memcpy(copy, packed, len);
+	e->id = tasktab_id(r);
+	e->rec = r;
+	e->spec = copy;
+	e->spec_len = len;
+	e->heap_at = SIZE_MAX;
+	e->ndeps = ndeps;
+	return e;
+}
+
+/* Gives `r` the parked task its joins wait on, and marks it gated. */
+static void gate_give_life(struct rtask *r, uint64_t id)
+{
+	rok_task *life;
+	uint64_t unused = 0;
+	int err = rok_spawn(&life, gate_life_poll, &unused, sizeof(unused));
+
+	if (err < 0) {
+		/* Joins of it then return before its final outcome. */
+		log_errno(err, "task %llu: no handle to wait on",
+		          (unsigned long long)id);
+		life = NULL;
+	}
+	tasktab_set_life(r, life);
+}
+
+/* Files `e` by its id; gate lock held. */
+static void gate_file(struct gate_entry *e)
+{
+	struct gate_entry **b = &gate.byid[gate_bucket(e->id)];
+
+	e->hnext = *b;
+	*b = e;
+}
+
 int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
                 size_t len, uint64_t not_before_us)
 {
@@ -566,44 +626,19 @@ int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
 	ssize_t nd = gate_deps(spec, &deps, &nafter);
 	size_t ndeps = nd > 0 ? (size_t)nd : 0;
 	struct gate_entry *e = nd < 0 ? NULL
-	        : calloc(1, sizeof(*e) + ndeps * sizeof(e->deps[0]));
-	uint8_t *copy = malloc(len > 0 ? len : 1);
-	uint64_t id = tasktab_id(r);
+	                              : gate_entry_new(r, ndeps, packed, len);
 
-	if (e == NULL || copy == NULL) {
+	if (e == NULL) {
 		free(deps);
-		free(e);
-		free(copy);
-		struct rt_outcome o = { .state = RT_FAILED };
-		snprintf(o.reason, sizeof(o.reason), "could not start: out of "
-		         "memory");
-		tasktab_finish(r, &o);
-		return -ENOMEM;
+		return gate_fail_oom(r);
 	}
-	if (len > 0)
-		memcpy(copy, packed, len);
-	e->id = id;
-	e->rec = r;
-	e->spec = copy;
-	e->spec_len = len;
-	e->heap_at = SIZE_MAX;
-	e->ndeps = ndeps;
+	uint64_t id = e->id;
 	e->not_before_us = spec->not_before_us > not_before_us
 	                   ? spec->not_before_us : not_before_us;
 	if (e->not_before_us != 0 && e->not_before_us > gate_now_us() &&
 	    e->not_before_us - gate_now_us() > DURATION_MAX_MS * 1000)
 		e->not_before_us = gate_now_us() + DURATION_MAX_MS * 1000;
-
-	rok_task *life;
-	uint64_t unused = 0;
-	int err = rok_spawn(&life, gate_life_poll, &unused, sizeof(unused));
-	if (err < 0) {
-		/* Joins of it then return before its final outcome. */
-		log_errno(err, "task %llu: no handle to wait on",
-		          (unsigned long long)id);
-		life = NULL;
-	}
-	tasktab_set_life(r, life);   /* and marks it gated */
+	gate_give_life(r, id);
 
 	/* The states of dependencies no longer in memory, from the journal,
 	 * before the lock (they are finished: nothing to register). */
@@ -625,9 +660,7 @@ int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
 	free(deps);
 
 	pthread_mutex_lock(&gate.lock);
-	struct gate_entry **b = &gate.byid[gate_bucket(id)];
-	e->hnext = *b;
-	*b = e;
+	gate_file(e);
 	for (size_t i = 0; i < ndeps; i++) {
 		struct gate_dep *d = &e->deps[i];
 		atomic_fetch_add_explicit(&gate.nlinked, 1,
@@ -666,44 +699,17 @@ int gate_submit(struct rtask *r, const TaskSpec *spec, const uint8_t *packed,
 
 int gate_submit_started(struct rtask *r, const uint8_t *packed, size_t len)
 {
-	struct gate_entry *e = calloc(1, sizeof(*e));
-	uint8_t *copy = malloc(len > 0 ? len : 1);
-	uint64_t id = tasktab_id(r);
+	struct gate_entry *e = gate_entry_new(r, 0, packed, len);
 
-	if (e == NULL || copy == NULL) {
-		free(e);
-		free(copy);
-		struct rt_outcome o = { .state = RT_FAILED };
-		snprintf(o.reason, sizeof(o.reason), "could not start: out of "
-		         "memory");
-		tasktab_finish(r, &o);
-		return -ENOMEM;
-	}
-	if (len > 0)
-		memcpy(copy, packed, len);
-	e->id = id;
-	e->rec = r;
-	e->spec = copy;
-	e->spec_len = len;
-	e->heap_at = SIZE_MAX;
+	if (e == NULL)
+		return gate_fail_oom(r);
 	/* Past its dependencies and start time: it left the gate before
 	 * the restart.  Its run is the caller's to start. */
 	e->started = true;
-
-	rok_task *life;
-	uint64_t unused = 0;
-	int err = rok_spawn(&life, gate_life_poll, &unused, sizeof(unused));
-	if (err < 0) {
-		log_errno(err, "task %llu: no handle to wait on",
-		          (unsigned long long)id);
-		life = NULL;
-	}
-	tasktab_set_life(r, life);   /* and marks it gated */
+	gate_give_life(r, e->id);
 
 	pthread_mutex_lock(&gate.lock);
-	struct gate_entry **b = &gate.byid[gate_bucket(id)];
-	e->hnext = *b;
-	*b = e;
+	gate_file(e);
 	/* Its start sees a cancel (tasktab_start); the mark makes a retry
 	 * queued meanwhile end at once (see gate_cancel). */
 	if (tasktab_cancel_seen(r))

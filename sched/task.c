@@ -407,19 +407,24 @@ void task_complete(rok_task *t, void *result, bool has_value)
 	uint64_t s = atomic_load_explicit(&t->state, memory_order_relaxed);
 	uint64_t c;
 	do {
-		c = (s & ~(uint64_t)(TASK_RUNNING | TASK_NOTIFIED |
-		                     TASK_JOIN_LOCK)) |
-		    TASK_COMPLETE | (has_value ? TASK_HAS_VALUE : 0);
-		/* Release: publishes the value to joiners, and unlocks. */
+		/* Also drops the runtime's reference. */
+		c = ((s & ~(uint64_t)(TASK_RUNNING | TASK_NOTIFIED |
+		                      TASK_JOIN_LOCK)) |
+		     TASK_COMPLETE | (has_value ? TASK_HAS_VALUE : 0)) -
+		    TASK_REF_ONE;
+		/* Release: publishes the value to joiners, and unlocks;
+		 * acq_rel as any unref (rok_task_unref). */
 	} while (!atomic_compare_exchange_weak_explicit(
-		&t->state, &s, c, memory_order_release, memory_order_relaxed));
-	/* The list is this thread's alone now (task_join_release).  A thread
-	 * waiting in rok_task_wait is woken inside waitq_take (NULL). */
+		&t->state, &s, c, memory_order_acq_rel, memory_order_relaxed));
+	/* `t` may be freed by its last handle from here on.  The list is
+	 * this thread's alone now (task_join_release); a thread waiting in
+	 * rok_task_wait is woken inside waitq_take (NULL). */
 	while (joiners != NULL)
 		if ((w = waitq_take(&joiners)) != NULL)
 			task_wake_by_val(w);
 	frame_free(&executor_tls.cache, b, b->size_class);
-	rok_task_unref(t);   /* the runtime's reference */
+	if ((c >> TASK_REF_SHIFT) == 0)
+		task_free(t);
 }
 
 int task_new_external(rok_task **out, size_t size)

@@ -47,7 +47,7 @@
  * thousands of delayed tasks cost an entry each and one timer, never a
  * thread or a timer per task.  A waiting task also has a `life` task
  * (tasktab.c returns it to joins and waits instead of a runner, which it
- * does not have yet): a parked runtime task of 56 bytes that ends when the
+ * does not have yet): a parked runtime task of 64 bytes that ends when the
  * task reaches its final outcome, so that join, race and spawn --wait wait
  * for that, across every retry.
  *

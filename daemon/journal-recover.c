@@ -139,25 +139,36 @@ struct journal_recover_q {
 	struct rtask *r;
 };
 
-/* Entries first (by time), then the rest; the id between equals. */
-static int journal_recover_q_cmp(const void *pa, const void *pb)
+static int journal_recover_q_by_id(const void *key, const void *elem)
 {
-	const struct journal_recover_q *a = pa, *b = pb;
+	uint64_t id = *(const uint64_t *)key;
+	const struct journal_recover_q *q = elem;
 
-	if ((a->queued_us == 0) != (b->queued_us == 0))
-		return a->queued_us == 0 ? 1 : -1;
-	if (a->queued_us != b->queued_us)
-		return a->queued_us < b->queued_us ? -1 : 1;
-	return a->id < b->id ? -1 : a->id > b->id;
+	return id < q->id ? -1 : id > q->id;
+}
+
+/* True if one of spec's dependencies is restored and has not ended: a
+ * row that says the task entered its queue all the same is wrong (a
+ * hand-edited journal), and the gate is to hold it. */
+static bool journal_recover_deps_pending(const TaskSpec *spec)
+{
+	for (size_t i = 0; i < spec->n_after + spec->n_after_any; i++) {
+		uint64_t dep = i < spec->n_after
+		               ? spec->after[i] : spec->after_any[i - spec->n_after];
+		int st = tasktab_dep_state(dep);
+		if (st == RT_QUEUED || st == RT_RUNNING)
+			return true;
+	}
+	return false;
 }
 
 /* Starts a restored task from its row (packed spec, next_us in sel's
- * columns 0 and 1). */
+ * columns 1 and 2). */
 static void journal_recover_start(const struct journal_recover_q *q,
                                   sqlite3_stmt *sel)
 {
-	const void *blob = sqlite3_column_blob(sel, 0);
-	size_t len = (size_t)sqlite3_column_bytes(sel, 0);
+	const void *blob = sqlite3_column_blob(sel, 1);
+	size_t len = (size_t)sqlite3_column_bytes(sel, 1);
 	TaskSpec *spec = rok__v1__task_spec__unpack(NULL, len, blob);
 
 	if (spec == NULL) {   /* it unpacked a moment ago: memory */
@@ -167,7 +178,8 @@ static void journal_recover_start(const struct journal_recover_q *q,
 		tasktab_finish(q->r, &o);
 		return;
 	}
-	if (gate_needed(spec) && q->queued_us != 0) {
+	if (gate_needed(spec) && q->queued_us != 0 &&
+	    !journal_recover_deps_pending(spec)) {
 		/* Its run had left the gate (its dependencies had ended, its
 		 * time had come): into its queue now, in its place, not
 		 * through the gate again (whose release may come on another
@@ -180,7 +192,7 @@ static void journal_recover_start(const struct journal_recover_q *q,
 		 * they were; the row's packed spec as it is (gate_submit
 		 * copies it). */
 		(void)gate_submit(q->r, spec, blob, len,
-		                  (uint64_t)sqlite3_column_int64(sel, 1));
+		                  (uint64_t)sqlite3_column_int64(sel, 2));
 	} else {
 		(void)tasktab_start(q->r, spec, NULL);
 	}
@@ -195,7 +207,8 @@ static void journal_recover_start(const struct journal_recover_q *q,
  * equals), each with that time, so that a group grants its slots as it
  * would have without the restart and aging goes on counting.  Then those
  * that had not entered one (0: waiting in the gate, or released by it
- * without the update committed, or a row of before the column), in id
+ * without the update committed, or a row of before the column; or a time
+ * to come, which no clock that only moves forward wrote), in id
  * order: those the gate releases now enter their queues now, behind the
  * others; one of before the column that never waited in the gate counts
  * from its spawn (tasktab_restore).  A dependency is restored before
@@ -206,8 +219,9 @@ static void journal_recover_start(const struct journal_recover_q *q,
  * commit's latency) comes back behind it; and times from before a step
  * back of the wall clock sort as they say, not as they happened.
  */
-static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
-                                  unsigned *bad, unsigned *adopted)
+static int journal_recover_queued(sqlite3 *db, uint64_t now,
+                                  unsigned *requeued, unsigned *bad,
+                                  unsigned *adopted)
 {
 	struct journal_recover_q *q = NULL;
 	size_t n = 0, cap = 0;
@@ -241,7 +255,7 @@ static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
 			(*adopted)++;
 		}
 		int64_t queued = sqlite3_column_int64(sel, 7);
-		if (queued < 0)
+		if (queued < 0 || (uint64_t)queued > now)
 			queued = 0;   /* no rokd writes that: as not queued */
 		if (why[0] == '\0' && n == cap) {
 			size_t c = cap > 0 ? 2 * cap : 256;
@@ -280,25 +294,37 @@ static int journal_recover_queued(sqlite3 *db, unsigned *requeued,
 		};
 	}
 	sqlite3_finalize(sel);
+	/* One ordered pass, the order of the comment above (a query per row
+	 * would take and drop the read lock each time: twice the start-up
+	 * time with a large backlog).  q is in id order, as read. */
 	if (rc == SQLITE_DONE)
-		rc = sqlite3_prepare_v2(db, "SELECT spec, next_us FROM tasks "
-		                        "WHERE id = ?1", -1, &sel, NULL);
+		rc = sqlite3_prepare_v2(db, "SELECT id, spec, next_us, CASE WHEN "
+		                        "queued_us > 0 AND queued_us <= ?1 THEN "
+		                        "queued_us ELSE 0 END AS q FROM tasks "
+		                        "WHERE state = 1 ORDER BY q = 0, q, id",
+		                        -1, &sel, NULL);
 	else
 		sel = NULL;
-	if (n > 1)
-		qsort(q, n, sizeof(*q), journal_recover_q_cmp);
 	/* On an error the recovery fails (rokd does not start): what is
 	 * restored and not started yet stays so, its row untouched. */
-	for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
-		sqlite3_bind_int64(sel, 1, (sqlite3_int64)q[i].id);
-		int step = sqlite3_step(sel);
-		if (step == SQLITE_ROW) {
-			journal_recover_start(&q[i], sel);
-			(*requeued)++;
-		} else {
-			rc = step == SQLITE_DONE ? SQLITE_CORRUPT : step;
+	size_t started = 0;
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_int64(sel, 1, (sqlite3_int64)now);
+		int step;
+		while ((step = sqlite3_step(sel)) == SQLITE_ROW) {
+			uint64_t id = (uint64_t)sqlite3_column_int64(sel, 0);
+			struct journal_recover_q *e = bsearch(&id, q, n,
+			        sizeof(*q), journal_recover_q_by_id);
+			if (e == NULL)
+				continue;   /* failed above: not to start */
+			journal_recover_start(e, sel);
+			started++;
 		}
-		sqlite3_reset(sel);
+		if (step != SQLITE_DONE)
+			rc = step;
+		else if (started != n)
+			rc = SQLITE_CORRUPT;   /* a row went between the reads */
+		*requeued += (unsigned)started;
 	}
 	sqlite3_finalize(sel);
 	free(q);
@@ -463,7 +489,7 @@ int journal_recover(char *err, size_t len)
 			(void)sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 		goto failed;
 	}
-	if ((rc = journal_recover_queued(db, &requeued, &bad, &adopted)) !=
+	if ((rc = journal_recover_queued(db, now, &requeued, &bad, &adopted)) !=
 	    SQLITE_OK)
 		goto fail;
 	if (retried + lost + requeued + bad > 0 || max_row > 0)

@@ -24,8 +24,9 @@ struct frame_cache {
 };
 
 /*
- * Returns storage for a task of `size` bytes (header included) and
- * its class in *cls, or NULL when out of memory.  Owner thread's cache.
+ * Returns storage of `size` bytes (a task's record, or its body with the
+ * frame) and its class in *cls, or NULL when out of memory.  Owner
+ * thread's cache.
  */
 void *frame_alloc(struct frame_cache *c, size_t size, uint8_t *cls);
 

@@ -5,12 +5,14 @@
  *
  *	SCHEDULED -> RUNNING -> idle (waiting)      -> SCHEDULED ...
  *	                     -> RUNNING|NOTIFIED    -> SCHEDULED (woken mid-poll)
- *	                     -> COMPLETE
+ *	                     -> COMPLETE            (a reference is left)
+ *	                     -> freed               (none is: task_complete)
  *
  * A wake sets SCHEDULED on an idle task and queues it, sets NOTIFIED on a
  * running one (its worker re-queues it when the poll returns) and does
  * nothing otherwise, so a task is in at most one queue at a time.  Each
- * transition is one CAS or fetch on the word.
+ * transition is one CAS or fetch on the word (COMPLETE: two, with the
+ * join lock).
  *
  * Orderings: a task changes hands through queues whose push is a release
  * and whose pop is an acquire, and through the state word, whose updates at
@@ -272,7 +274,8 @@ static bool task_join_link(rok_task *t, rok_waiter *w, rok_cx *cx)
 
 int task_result(rok_task *t, void **result)
 {
-	/* Acquire: pairs with the release that set COMPLETE in task_run. */
+	/* Acquire: pairs with the release that set COMPLETE in
+	 * task_complete. */
 	uint64_t s = atomic_load_explicit(&t->state, memory_order_acquire);
 
 	if (s & TASK_HAS_VALUE) {
@@ -384,16 +387,24 @@ void task_run(rok_task *t)
 	task_complete(t, result, !cx.cancelled_exit);
 }
 
+/* Joiners taken off the list before the first of them is woken. */
+#define TASK_WAKE_BATCH 64
+
 void task_complete(rok_task *t, void *result, bool has_value)
 {
 	struct task_body *b = task_body(t);
 	rok_task *w;
 
 	/*
-	 * Only the runtime's reference left: no handle, no waker between
-	 * queue and wake, and a reference is only ever made from another, so
-	 * nobody can look at `t` again.  Acquire: the release of every other
-	 * reference (acq_rel) happens before the frees.
+	 * Only the runtime's reference left: no handle, and no waker between
+	 * taking our waiter off a list and waking us.  A reference is only
+	 * ever made from another, so nobody can look at `t` again.  The count
+	 * is exact here: a waker adds its reference (relaxed) before marking
+	 * the waiter WOKEN (release), and our cleanup abandoned every waiter
+	 * either after reading WOKEN with acquire or under the list's lock
+	 * (waitq.c, and the release functions); any new kind of wait must do
+	 * the same.  Acquire: every other reference's drop (acq_rel) happens
+	 * before the frees.
 	 */
 	if ((atomic_load_explicit(&t->state, memory_order_acquire) >>
 	     TASK_REF_SHIFT) == 1) {
@@ -417,11 +428,19 @@ void task_complete(rok_task *t, void *result, bool has_value)
 	} while (!atomic_compare_exchange_weak_explicit(
 		&t->state, &s, c, memory_order_acq_rel, memory_order_relaxed));
 	/* `t` may be freed by its last handle from here on.  The list is
-	 * this thread's alone now (task_join_release); a thread waiting in
-	 * rok_task_wait is woken inside waitq_take (NULL). */
-	while (joiners != NULL)
-		if ((w = waitq_take(&joiners)) != NULL)
-			task_wake_by_val(w);
+	 * this thread's alone now; a cancelled joiner waits for its node to
+	 * be taken (task_join_release), so the nodes are taken a batch at a
+	 * time before any wake.  A thread waiting in rok_task_wait is woken
+	 * inside waitq_take (NULL). */
+	while (joiners != NULL) {
+		rok_task *batch[TASK_WAKE_BATCH];
+		size_t k = 0;
+		while (joiners != NULL && k < TASK_WAKE_BATCH)
+			if ((w = waitq_take(&joiners)) != NULL)
+				batch[k++] = w;
+		for (size_t i = 0; i < k; i++)
+			task_wake_by_val(batch[i]);
+	}
 	frame_free(&executor_tls.cache, b, b->size_class);
 	if ((c >> TASK_REF_SHIFT) == 0)
 		task_free(t);

@@ -67,9 +67,10 @@ struct task_body {
 
 /*
  * The record, which lives as long as a reference does.  u.body is read only
- * by the thread polling the task, by whoever queues it (an idle task, which
- * nobody else can finish meanwhile) and under TASK_JOIN_LOCK before
- * COMPLETE; task_complete swaps in the value under that lock.
+ * while the task cannot finish: by the thread polling it; by whoever queues
+ * it or holds it in a queue (an idle task, or one waiting in a run queue,
+ * an inbox, the injector or the blocking pool); and under TASK_JOIN_LOCK
+ * before COMPLETE.  task_complete swaps in the value under that lock.
  */
 struct rok_task {
 	_Atomic uint64_t state;

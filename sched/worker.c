@@ -305,21 +305,20 @@ static rok_task *worker_take_remote(struct worker *w)
 }
 
 /*
- * Starts loading the task that will probably run next (its state word and
- * the start of its frame), so that its cache misses overlap this poll
- * instead of stalling the next.  For `timed`: in a storm of sleeps a woken
- * task waits there behind many others and is out of the cache by its turn
- * (its first touch was most of task_run's and its poll's cost in
- * timer_storm; rok-bench's other rows showed no gain for the deque).
- * NULL: nothing.  A hint: `t` may be taken and freed meanwhile; a
+ * Starts loading the task that will probably run next (its record: the
+ * state word and where its body is; the body itself is behind a load that
+ * cannot be made on a task that may be freed), so that its cache misses
+ * overlap this poll instead of stalling the next.  For `timed`: in a storm
+ * of sleeps a woken task waits there behind many others and is out of the
+ * cache by its turn (its first touch was most of task_run's and its poll's
+ * cost in timer_storm; rok-bench's other rows showed no gain for the
+ * deque).  NULL: nothing.  A hint: `t` may be taken and freed meanwhile; a
  * prefetch reads nothing and never faults.
  */
 static inline void worker_prefetch(const void *t)
 {
-	if (t != NULL) {
+	if (t != NULL)
 		__builtin_prefetch(t, 1);
-		__builtin_prefetch((const char *)t + 64, 1);
-	}
 }
 
 static rok_task *worker_next(struct worker *w)

@@ -1344,7 +1344,8 @@ START_TEST(test_executor_handles)
 	ck_assert_int_eq(cexec_big_cleanups, 1);
 	ck_assert_uint_eq(frame_bytes(), base);     /* and was freed */
 
-	/* Finished, two handles: the last unref frees it, not the first. */
+	/* Finished, two handles: the frame went as it finished, the record
+	 * stays with its id and value until the last unref. */
 	ck_assert_int_eq(rok_spawn(&t, cexec_big_poll, &b, sizeof(b)), 0);
 	id = rok_task_id(t);
 	t2 = rok_task_ref(t);

@@ -33,9 +33,10 @@
 #define CACHE_MAX    512     /* frames per class a cache keeps */
 #define BATCH        64      /* frames moved per depot trip */
 
-/* 40: the body of a task with an 8-byte frame (task.h). */
+/* 32 and 40: the bodies of tasks with no frame and an 8-byte one
+ * (task.h). */
 static const uint32_t frame_class_size[FRAME_NCLASS] = {
-	FRAME_RECORD_SIZE, 40, 48, 56, 64, 96, 128, 192, 256, 512
+	FRAME_RECORD_SIZE, 32, 40, 48, 56, 64, 96, 128, 192, 256, 512
 };
 
 struct frame_slab {

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FRAME_NCLASS   10
+#define FRAME_NCLASS   11
 #define FRAME_LARGE    0xff        /* size_class of a malloc'd frame */
 
 /* Class 0 holds task records (task.h) and nothing else: every other

@@ -23,7 +23,10 @@
  * times that.
  *
  * Wake-ups: while any follower exists, logs subscribes to the task events
- * (events.c): output appended to a task, and its end.
+ * (events.c): output appended to a task, its end, and the refusal of a
+ * spawn by the journal (EVENTS_GONE): a follower of an id whose spawn was
+ * not committed yet when it came ends NOT_FOUND then, as it would have
+ * had the id been unknown when it came (as a watch does).
  * Each pumps that task's followers (every follower for EVENTS_ANY_TASK,
  * which stands for output events events.c dropped).  A new follower subscribes first and
  * then reads the file and the task's state (events.c says why that order
@@ -39,6 +42,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -78,7 +82,7 @@ static struct {
 	struct follower *head;       /* every follower, for the events */
 } logs;
 
-#define LOGS_EVENTS (EVENTS_END | EVENTS_OUTPUT)
+#define LOGS_EVENTS (EVENTS_END | EVENTS_OUTPUT | EVENTS_GONE)
 
 static void logs_event_cb(const struct events_ev *ev);
 
@@ -119,6 +123,18 @@ static void logs_end(struct follower *f)
 	resp.logs = &lr;
 	reply_post(f->conn, &resp);   /* delivered after every chunk sent */
 	tasktab_info_free(&info);
+	logs_remove(f);
+}
+
+/* Ends f with NOT_FOUND: its id never was a task (as cmd-watch.c's). */
+static void logs_gone(struct follower *f)
+{
+	char msg[96];
+
+	snprintf(msg, sizeof(msg), "task %llu: no such task (its spawn was "
+	         "refused)", (unsigned long long)f->task_id);
+	reply_post_error(f->conn, f->req_id, ROK__V1__ERROR_CODE__NOT_FOUND,
+	                 msg);
 	logs_remove(f);
 }
 
@@ -209,6 +225,11 @@ static void logs_event_cb(const struct events_ev *ev)
 {
 	for (struct follower *f = logs.head, *next; f != NULL; f = next) {
 		next = f->next;   /* logs_pump frees only f */
+		if (ev->kind == EVENTS_GONE) {
+			if (f->task_id == ev->id)
+				logs_gone(f);
+			continue;
+		}
 		if (f->task_id == ev->id || (ev->kind == EVENTS_OUTPUT &&
 		                             ev->id == EVENTS_ANY_TASK))
 			logs_pump(f);

@@ -278,6 +278,9 @@ static struct {
 	/* Every event whose seq is at most this is committed (see
 	 * journal_committed). */
 	_Atomic uint64_t committed;
+	/* The holder of the write connection: the message of the last
+	 * failed commit, taken before its rollback (which resets it). */
+	char errmsg[160];
 	char path[4096];
 	int lock_fd;
 } journal = {
@@ -918,7 +921,8 @@ static void journal_errmsg(int rc, char *buf, size_t len)
 	snprintf(buf, len, "journal: %s", primary == SQLITE_FULL
 	         ? "disk full" : primary == SQLITE_IOERR ? "I/O error"
 	         : primary == SQLITE_READONLY ? "database became read-only"
-	         : sqlite3_errmsg(journal.db));
+	         : journal.errmsg[0] != '\0' ? journal.errmsg
+	         : sqlite3_errstr(rc));
 }
 
 /*
@@ -940,8 +944,15 @@ static int journal_commit(const struct jev *b, size_t *ndone)
 	}
 	if (rc == SQLITE_OK)
 		rc = journal_step(journal.st[JST_COMMIT]);
-	if (rc != SQLITE_OK && !sqlite3_get_autocommit(journal.db))
-		(void)journal_step(journal.st[JST_ROLLBACK]);
+	if (rc != SQLITE_OK) {
+		/* Now: the rollback resets the connection's message (to
+		 * "not an error"). */
+		snprintf(journal.errmsg, sizeof(journal.errmsg), "%s",
+		         sqlite3_errcode(journal.db) != SQLITE_OK
+		         ? sqlite3_errmsg(journal.db) : sqlite3_errstr(rc));
+		if (!sqlite3_get_autocommit(journal.db))
+			(void)journal_step(journal.st[JST_ROLLBACK]);
+	}
 	return rc;
 }
 

@@ -675,8 +675,9 @@ void tasktab_discard(struct rtask *r)
 {
 	pthread_mutex_lock(&tab.lock);
 	struct tasktab_user *u = r->user;
-	/* A watch of its id (cmd-watch.c) may have started while the commit
-	 * was pending: it hears that the id is gone, no one else does. */
+	/* A watch or logs -f of its id (cmd-watch.c, cmd-logs.c) may have
+	 * started while the commit was pending: it hears that the id is
+	 * gone, no one else does. */
 	struct events_ev ev = {
 		.kind = EVENTS_GONE, .id = r->id, .uid = r->uid,
 		.seq = ++tab.seq,

@@ -20,6 +20,14 @@
  * a handle only for each running task; an id that was missing or finished
  * costs its 8 bytes, kept for the reply.  A join's reply is built within
  * the frame limit (RESOURCE_EXHAUSTED once past it).
+ *
+ * An id whose spawn is not committed yet (a record, unfinished, with no
+ * runtime task: status shows it queued, a watch watches it as the task it
+ * will be) is neither finished nor running: the lookup is tried again,
+ * after a sleep from 1 ms doubling up to 32 ms, until the journal has
+ * answered its spawn (a handle, or NOT_FOUND once refused) or the
+ * deadline passes.  Commits take milliseconds; a locked journal makes a
+ * spawn wait up to its busy timeout, a few hundred polls at most.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -49,6 +57,8 @@ struct waiter {
 	rok_join_op join;
 	rok_race_op race;
 	rok_sleep_op sleep;
+	int64_t retry_ns;          /* next sleep before a lookup again */
+	int64_t retry_at;          /* the end of this one */
 	rok_task **live;           /* nlive, owned refs: the tasks running */
 	size_t *live_index;        /* nlive: live[k] is ids[live_index[k]] */
 	size_t nlive;
@@ -183,17 +193,24 @@ static void waiter_cancel_all(struct waiter *f)
 
 /*
  * Worker: looks the ids up (a task no longer in memory is read from the
- * journal, which is why this is not done on the reactor thread).  0, or
- * the request was answered with the error: race and select need every
- * task to be the caller's.
+ * journal, which is why this is not done on the reactor thread).  0;
+ * 1 if an id's spawn is not committed yet (no handle kept: to be tried
+ * again); or the request was answered with the error: race and select
+ * need every task to be the caller's.
  */
 static int waiter_lookup(struct waiter *f)
 {
 	char msg[96];
+	bool unsettled = false;
 
 	for (size_t i = 0; i < f->n; i++) {
 		rok_task *h = NULL;
 		int code = tasktab_lookup(f->ids[i], f->uid, &h);
+		/* Neither running nor finished: its spawn is not committed
+		 * (looked at after the lookup: a start between the two is
+		 * seen at the next try). */
+		if (code == 0 && h == NULL && !tasktab_finished(f->ids[i]))
+			unsettled = true;
 		if (code != 0 && f->mode != WAIT_JOIN &&
 		    f->mode != WAIT_SPAWN) {
 			snprintf(msg, sizeof(msg), "task %llu: %s",
@@ -215,6 +232,12 @@ static int waiter_lookup(struct waiter *f)
 			f->live_index[f->nlive++] = i;
 		}
 	}
+	if (unsettled) {
+		for (size_t k = 0; k < f->nlive; k++)
+			rok_task_unref(f->live[k]);
+		f->nlive = 0;
+		return 1;
+	}
 	/* Only the running tasks cost more than their id for the rest of
 	 * the wait: a join naming thousands of unknown ids beside one
 	 * running task keeps no handle slots for them. */
@@ -235,8 +258,37 @@ static rok_poll waiter_poll(rok_cx *cx, void *frame)
 	struct waiter *f = frame;
 
 	ROK_BEGIN(cx);
-	if (waiter_lookup(f) < 0)
+	f->retry_ns = 1000000;
+	for (;;) {
+		int rc = waiter_lookup(f);
+		if (rc < 0)
+			ROK_RETURN(cx, 0);
+		if (rc == 0)
+			break;
+		if (f->deadline != 0 && rok_now() >= f->deadline) {
+			f->timed_out = true;
+			break;
+		}
+		f->retry_at = rok_deadline(f->retry_ns);
+		if (f->deadline != 0 && f->retry_at > f->deadline)
+			f->retry_at = f->deadline;
+		if (f->retry_ns < 32000000)
+			f->retry_ns *= 2;
+		ROK_AWAIT(cx, rok_sleep_until(cx, &f->sleep, f->retry_at));
+	}
+	if (f->timed_out) {
+		if (f->mode == WAIT_SELECT)
+			/* As at its deadline below: nobody waits for a
+			 * winner, none of its tasks may run on. */
+			for (size_t k = 0; k < f->n; k++)
+				(void)tasktab_cancel(f->ids[k], f->uid);
+		reply_post_error(f->conn, f->req_id,
+		                 ROK__V1__ERROR_CODE__TIMED_OUT,
+		                 f->mode == WAIT_SELECT
+		                         ? "timed out; every task was cancelled"
+		                         : "timed out; the tasks keep running");
 		ROK_RETURN(cx, 0);
+	}
 	if (f->mode == WAIT_JOIN || f->mode == WAIT_SPAWN) {
 		for (f->i = 0; f->i < f->nlive; f->i++) {
 			if (f->deadline == 0) {

@@ -178,8 +178,13 @@ static void journal_recover_start(const struct journal_recover_q *q,
 		tasktab_finish(q->r, &o);
 		return;
 	}
-	if (gate_needed(spec) && q->queued_us != 0 &&
-	    !journal_recover_deps_pending(spec)) {
+	bool entered = q->queued_us != 0;
+	if (gate_needed(spec) && entered &&
+	    journal_recover_deps_pending(spec)) {
+		tasktab_forget_queue_entry(q->r);
+		entered = false;
+	}
+	if (gate_needed(spec) && entered) {
 		/* Its run had left the gate (its dependencies had ended, its
 		 * time had come): into its queue now, in its place, not
 		 * through the gate again (whose release may come on another
@@ -216,8 +221,11 @@ static void journal_recover_start(const struct journal_recover_q *q,
  * What the order can still change: a task queued at once is recorded
  * with its spawn time, taken before its commit, and enters its queue
  * after that commit, so a gate release between the two (within one
- * commit's latency) comes back behind it; and times from before a step
- * back of the wall clock sort as they say, not as they happened.
+ * commit's latency) comes back behind it; times from before a step back
+ * of the wall clock sort as they say, not as they happened; and one after
+ * now (a bigger step back) counts as none: such a task goes through the
+ * gate again (its start time, if any, counted again), or, never gated,
+ * counts from its spawn.
  */
 static int journal_recover_queued(sqlite3 *db, uint64_t now,
                                   unsigned *requeued, unsigned *bad,
@@ -313,8 +321,9 @@ static int journal_recover_queued(sqlite3 *db, uint64_t now,
 		int step;
 		while ((step = sqlite3_step(sel)) == SQLITE_ROW) {
 			uint64_t id = (uint64_t)sqlite3_column_int64(sel, 0);
-			struct journal_recover_q *e = bsearch(&id, q, n,
-			        sizeof(*q), journal_recover_q_by_id);
+			struct journal_recover_q *e = n == 0 ? NULL
+			        : bsearch(&id, q, n, sizeof(*q),
+			                  journal_recover_q_by_id);
 			if (e == NULL)
 				continue;   /* failed above: not to start */
 			journal_recover_start(e, sel);

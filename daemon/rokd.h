@@ -414,6 +414,9 @@ uint64_t tasktab_queued_us(const struct rtask *r);
  * journal (journal_queued, no wait); a restored run keeps its time.
  */
 uint64_t tasktab_queue_entry(struct rtask *r);
+/* Recovery: a restored record's queue entry is not to be believed; its
+ * run enters its queue when the gate lets it go. */
+void tasktab_forget_queue_entry(struct rtask *r);
 
 /*
  * For gate.c.  tasktab_dep_visible: whether id exists (in memory or the

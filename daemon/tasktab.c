@@ -709,6 +709,12 @@ uint64_t tasktab_queued_us(const struct rtask *r)
 	return r->queued_us;
 }
 
+void tasktab_forget_queue_entry(struct rtask *r)
+{
+	r->queued_us = 0;
+	r->queued_noted = false;
+}
+
 uint64_t tasktab_queue_entry(struct rtask *r)
 {
 	if (r->queued_us == 0) {

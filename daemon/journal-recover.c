@@ -137,7 +137,15 @@ struct journal_recover_q {
 	uint64_t id;
 	uint64_t queued_us;         /* 0: not in a queue yet */
 	struct rtask *r;
+	bool started;
 };
+
+static int journal_recover_q_cmp_id(const void *pa, const void *pb)
+{
+	const struct journal_recover_q *a = pa, *b = pb;
+
+	return a->id < b->id ? -1 : a->id > b->id;
+}
 
 static int journal_recover_q_by_id(const void *key, const void *elem)
 {
@@ -304,7 +312,12 @@ static int journal_recover_queued(sqlite3 *db, uint64_t now,
 	sqlite3_finalize(sel);
 	/* One ordered pass, the order of the comment above (a query per row
 	 * would take and drop the read lock each time: twice the start-up
-	 * time with a large backlog).  q is in id order, as read. */
+	 * time with a large backlog).  q was read in SQL's (signed) id
+	 * order; sorted as the unsigned ids it holds for the lookups (a
+	 * negative id in a damaged journal broke the search, and the
+	 * recovery failed with restored tasks never started). */
+	if (n > 1)
+		qsort(q, n, sizeof(*q), journal_recover_q_cmp_id);
 	if (rc == SQLITE_DONE)
 		rc = sqlite3_prepare_v2(db, "SELECT id, spec, next_us, CASE WHEN "
 		                        "queued_us > 0 AND queued_us <= ?1 THEN "
@@ -324,8 +337,9 @@ static int journal_recover_queued(sqlite3 *db, uint64_t now,
 			struct journal_recover_q *e = n == 0 ? NULL
 			        : bsearch(&id, q, n, sizeof(*q),
 			                  journal_recover_q_by_id);
-			if (e == NULL)
+			if (e == NULL || e->started)
 				continue;   /* failed above: not to start */
+			e->started = true;
 			journal_recover_start(e, sel);
 			started++;
 		}
@@ -334,6 +348,16 @@ static int journal_recover_queued(sqlite3 *db, uint64_t now,
 		else if (started != n)
 			rc = SQLITE_CORRUPT;   /* a row went between the reads */
 		*requeued += (unsigned)started;
+	}
+	/* The recovery fails; none of its tasks is left queued with no run
+	 * (nothing would end it: a cancel only marks it). */
+	for (size_t i = 0; rc != SQLITE_OK && i < n; i++) {
+		if (q[i].started)
+			continue;
+		struct rt_outcome o = { .state = RT_FAILED };
+		snprintf(o.reason, sizeof(o.reason), "could not start after a "
+		         "restart: the journal's recovery failed");
+		tasktab_finish(q[i].r, &o);
 	}
 	sqlite3_finalize(sel);
 	free(q);

@@ -134,25 +134,26 @@ static int journal_recover_running(sqlite3 *db, uint64_t now,
 
 /* A queued task restored, to be started in its place in the queues. */
 struct journal_recover_q {
-	uint64_t id;
+	int64_t rowid;              /* the row checked: ids of a damaged
+	                               journal may repeat */
 	uint64_t queued_us;         /* 0: not in a queue yet */
 	struct rtask *r;
 	bool started;
 };
 
-static int journal_recover_q_cmp_id(const void *pa, const void *pb)
+static int journal_recover_q_cmp(const void *pa, const void *pb)
 {
 	const struct journal_recover_q *a = pa, *b = pb;
 
-	return a->id < b->id ? -1 : a->id > b->id;
+	return a->rowid < b->rowid ? -1 : a->rowid > b->rowid;
 }
 
-static int journal_recover_q_by_id(const void *key, const void *elem)
+static int journal_recover_q_by_rowid(const void *key, const void *elem)
 {
-	uint64_t id = *(const uint64_t *)key;
+	int64_t rowid = *(const int64_t *)key;
 	const struct journal_recover_q *q = elem;
 
-	return id < q->id ? -1 : id > q->id;
+	return rowid < q->rowid ? -1 : rowid > q->rowid;
 }
 
 /* True if one of spec's dependencies is restored and has not ended: a
@@ -243,7 +244,8 @@ static int journal_recover_queued(sqlite3 *db, uint64_t now,
 	size_t n = 0, cap = 0;
 	sqlite3_stmt *sel;
 	int rc = sqlite3_prepare_v2(db, "SELECT id, uid, spec, spawned_us, "
-	                            "retries, run, slurm_job, queued_us FROM "
+	                            "retries, run, slurm_job, queued_us, rowid "
+	                            "FROM "
 	                            "tasks WHERE state = 1 ORDER BY id", -1,
 	                            &sel, NULL);
 
@@ -306,37 +308,40 @@ static int journal_recover_queued(sqlite3 *db, uint64_t now,
 			continue;
 		}
 		q[n++] = (struct journal_recover_q){
-			.id = id, .queued_us = (uint64_t)queued, .r = r,
+			.rowid = sqlite3_column_int64(sel, 8),
+			.queued_us = (uint64_t)queued, .r = r,
 		};
 	}
 	sqlite3_finalize(sel);
 	/* One ordered pass, the order of the comment above (a query per row
 	 * would take and drop the read lock each time: twice the start-up
-	 * time with a large backlog).  q was read in SQL's (signed) id
-	 * order; sorted as the unsigned ids it holds for the lookups (a
-	 * negative id in a damaged journal broke the search, and the
-	 * recovery failed with restored tasks never started). */
+	 * time with a large backlog).  Each row is matched to its record by
+	 * rowid, so that it is the very row checked above (a damaged
+	 * journal's ids may repeat or be negative: matching by id started a
+	 * record with another row's spec, or missed and left records never
+	 * started). */
 	if (n > 1)
-		qsort(q, n, sizeof(*q), journal_recover_q_cmp_id);
+		qsort(q, n, sizeof(*q), journal_recover_q_cmp);
 	if (rc == SQLITE_DONE)
-		rc = sqlite3_prepare_v2(db, "SELECT id, spec, next_us, CASE WHEN "
-		                        "queued_us > 0 AND queued_us <= ?1 THEN "
-		                        "queued_us ELSE 0 END AS q FROM tasks "
-		                        "WHERE state = 1 ORDER BY q = 0, q, id",
+		rc = sqlite3_prepare_v2(db, "SELECT rowid, spec, next_us, CASE "
+		                        "WHEN queued_us > 0 AND queued_us <= ?1 "
+		                        "THEN queued_us ELSE 0 END AS q FROM "
+		                        "tasks WHERE state = 1 ORDER BY q = 0, q, "
+		                        "id, rowid",
 		                        -1, &sel, NULL);
 	else
 		sel = NULL;
 	/* On an error the recovery fails (rokd does not start): what is
-	 * restored and not started yet stays so, its row untouched. */
+	 * restored and not started yet ends below, its row untouched. */
 	size_t started = 0;
 	if (rc == SQLITE_OK) {
 		sqlite3_bind_int64(sel, 1, (sqlite3_int64)now);
 		int step;
 		while ((step = sqlite3_step(sel)) == SQLITE_ROW) {
-			uint64_t id = (uint64_t)sqlite3_column_int64(sel, 0);
+			int64_t rowid = sqlite3_column_int64(sel, 0);
 			struct journal_recover_q *e = n == 0 ? NULL
-			        : bsearch(&id, q, n, sizeof(*q),
-			                  journal_recover_q_by_id);
+			        : bsearch(&rowid, q, n, sizeof(*q),
+			                  journal_recover_q_by_rowid);
 			if (e == NULL || e->started)
 				continue;   /* failed above: not to start */
 			e->started = true;

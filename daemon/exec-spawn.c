@@ -882,6 +882,7 @@ static void *exec_spawner_main(void *arg)
 	/* Written before this thread was created. */
 	void *stack = (char *)spawn.stack[me] + SPAWN_STACK;
 
+	(void)pthread_setname_np(pthread_self(), "rokd-spawner");
 	pthread_mutex_lock(&spawn.lock);
 	for (;;) {
 		struct exec_req *r;

@@ -1362,6 +1362,7 @@ static void *journal_main(void *arg)
 	bool linger_next = false;   /* the last commit started tasks */
 
 	(void)arg;
+	(void)pthread_setname_np(pthread_self(), "rokd-journal");
 	clock_gettime(CLOCK_MONOTONIC, &next_prune);
 	pthread_mutex_lock(&journal.lock);
 	for (;;) {

@@ -235,6 +235,7 @@ static void *monitor_main(void *arg)
 	const struct timespec period = { 0, MONITOR_PERIOD };
 
 	(void)arg;
+	(void)pthread_setname_np(pthread_self(), "rok-monitor");
 	while (!monitor_stopping()) {
 		if (monitor_all_idle()) {
 			/* Before `sleeping` is set, so any poke that sees it

@@ -530,6 +530,7 @@ static void reactor_wake_cb(evutil_socket_t fd, short what, void *arg)
 static void *reactor_main(void *arg)
 {
 	(void)arg;
+	(void)pthread_setname_np(pthread_self(), "rok-reactor");
 	reactor_tls_on_thread = true;
 	event_base_loop(reactor.base, EVLOOP_NO_EXIT_ON_EMPTY);
 	reactor_tls_on_thread = false;

@@ -676,6 +676,7 @@ void *worker_main(void *arg)
 
 	executor_tls.worker = w;
 	atomic_store_explicit(&w->tid, gettid(), memory_order_relaxed);
+	(void)pthread_setname_np(pthread_self(), "rok-worker");
 	if (executor.thread_per_core)
 		worker_pin_cpu(w->index);
 	while (!worker_stopping()) {
@@ -747,6 +748,7 @@ void *worker_helper_main(void *arg)
 	struct worker *root = atomic_load_explicit(&h->root,
 	                                           memory_order_relaxed);
 
+	(void)pthread_setname_np(pthread_self(), "rok-helper");
 	executor_tls.worker = h;
 	atomic_store_explicit(&h->tid, gettid(), memory_order_relaxed);
 	if (executor.thread_per_core)

@@ -1,0 +1,217 @@
+/*
+ * commit-echo — the least any socket service can do per durable request:
+ * a client process sends a 16-byte request over a Unix stream socket and
+ * waits for the reply; a server process commits one row (WAL,
+ * synchronous=FULL, as sqlite-commit) and then replies.  No protocol, no
+ * event loop, no runtime.  bench/latency sets rokd's sequential
+ * spawn-and-wait next to it: what rokd adds is the difference, what the
+ * round trip and the wake-ups on this machine add is this minus
+ * sqlite-commit.
+ *
+ * MODE inline: the server's one thread reads, commits and replies.
+ * MODE handoff: a reader thread passes each request to a committing
+ * thread, which replies: one thread crossing, as rokd's reactor makes to
+ * its journal thread.
+ *
+ *	commit-echo DBFILE MODE [N]
+ *
+ * prints: n=N p50_us=.. p99_us=.. max_us=..
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#define CE_MSG 16
+
+static int64_t ce_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int ce_cmp(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void ce_die(const char *what)
+{
+	fprintf(stderr, "commit-echo: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+/* 1: a whole message moved; 0: the peer closed before any byte. */
+static int ce_io(int fd, char *buf, int out)
+{
+	size_t done = 0;
+
+	while (done < CE_MSG) {
+		ssize_t r = out ? write(fd, buf + done, CE_MSG - done)
+		                : read(fd, buf + done, CE_MSG - done);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			ce_die(out ? "write" : "read");
+		if (r == 0) {
+			if (done == 0)
+				return 0;
+			errno = EPIPE;
+			ce_die("short read");
+		}
+		done += (size_t)r;
+	}
+	return 1;
+}
+
+struct ce_server {
+	int fd;
+	sqlite3 *db;
+	sqlite3_stmt *ins;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int pending;	/* requests read, not yet committed; -1: closed */
+};
+
+static void ce_commit(struct ce_server *s)
+{
+	sqlite3_bind_int(s->ins, 1, 1);
+	sqlite3_bind_blob(s->ins, 2, "noop", 4, SQLITE_STATIC);
+	if (sqlite3_step(s->ins) != SQLITE_DONE) {
+		fprintf(stderr, "commit-echo: insert: %s\n",
+		        sqlite3_errmsg(s->db));
+		exit(1);
+	}
+	sqlite3_reset(s->ins);
+}
+
+static void *ce_committer(void *arg)
+{
+	struct ce_server *s = arg;
+	char buf[CE_MSG] = "ok";
+
+	for (;;) {
+		pthread_mutex_lock(&s->lock);
+		while (s->pending == 0)
+			pthread_cond_wait(&s->cond, &s->lock);
+		if (s->pending < 0) {
+			pthread_mutex_unlock(&s->lock);
+			return NULL;
+		}
+		s->pending--;
+		pthread_mutex_unlock(&s->lock);
+		ce_commit(s);
+		ce_io(s->fd, buf, 1);
+	}
+}
+
+static void ce_serve(int fd, const char *path, int handoff)
+{
+	struct ce_server s = { .fd = fd };
+	char buf[CE_MSG];
+	pthread_t th;
+
+	if (sqlite3_open(path, &s.db) != SQLITE_OK ||
+	    sqlite3_exec(s.db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+	                 "CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY,"
+	                 " state INTEGER, payload BLOB)", NULL, NULL, NULL)
+	    != SQLITE_OK ||
+	    sqlite3_prepare_v2(s.db, "INSERT INTO t(state, payload) VALUES(?, ?)",
+	                       -1, &s.ins, NULL) != SQLITE_OK) {
+		fprintf(stderr, "commit-echo: %s: %s\n", path,
+		        s.db != NULL ? sqlite3_errmsg(s.db) : "out of memory");
+		exit(1);
+	}
+	pthread_mutex_init(&s.lock, NULL);
+	pthread_cond_init(&s.cond, NULL);
+	if (handoff && (errno = pthread_create(&th, NULL, ce_committer, &s)))
+		ce_die("pthread_create");
+	while (ce_io(fd, buf, 0)) {
+		if (!handoff) {
+			ce_commit(&s);
+			ce_io(fd, buf, 1);
+			continue;
+		}
+		pthread_mutex_lock(&s.lock);
+		s.pending++;
+		pthread_cond_signal(&s.cond);
+		pthread_mutex_unlock(&s.lock);
+	}
+	if (handoff) {
+		pthread_mutex_lock(&s.lock);
+		s.pending = -1;
+		pthread_cond_signal(&s.cond);
+		pthread_mutex_unlock(&s.lock);
+		pthread_join(th, NULL);
+	}
+	sqlite3_finalize(s.ins);
+	sqlite3_close(s.db);
+	exit(0);
+}
+
+int main(int argc, char **argv)
+{
+	long n = argc > 3 ? strtol(argv[3], NULL, 10) : 2000;
+	int sv[2], status, handoff;
+	char buf[CE_MSG] = "spawn";
+	int64_t *lat;
+	pid_t pid;
+
+	if (argc < 3 || argc > 4 || n < 1 || n > 10000000 ||
+	    (strcmp(argv[2], "inline") && strcmp(argv[2], "handoff"))) {
+		fprintf(stderr, "usage: commit-echo DBFILE inline|handoff "
+		        "[N (1..10000000)]\n");
+		return 2;
+	}
+	handoff = strcmp(argv[2], "handoff") == 0;
+	lat = malloc((size_t)n * sizeof(*lat));
+	if (lat == NULL)
+		ce_die("malloc");
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		ce_die("socketpair");
+	if ((pid = fork()) < 0)
+		ce_die("fork");
+	if (pid == 0) {
+		close(sv[0]);
+		ce_serve(sv[1], argv[1], handoff);
+	}
+	close(sv[1]);
+	/* The first 100 requests are not timed, as in sqlite-commit. */
+	for (long i = -100; i < n; i++) {
+		int64_t t0 = ce_now();
+
+		ce_io(sv[0], buf, 1);
+		if (!ce_io(sv[0], buf, 0)) {
+			fprintf(stderr, "commit-echo: the server died\n");
+			return 1;
+		}
+		if (i >= 0)
+			lat[i] = ce_now() - t0;
+	}
+	close(sv[0]);
+	if (waitpid(pid, &status, 0) < 0)
+		ce_die("waitpid");
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		fprintf(stderr, "commit-echo: the server failed\n");
+		return 1;
+	}
+	qsort(lat, (size_t)n, sizeof(*lat), ce_cmp);
+	printf("n=%ld p50_us=%.1f p99_us=%.1f max_us=%.1f\n", n,
+	       (double)lat[n / 2] / 1e3, (double)lat[n * 99 / 100] / 1e3,
+	       (double)lat[n - 1] / 1e3);
+	free(lat);
+	return 0;
+}

@@ -4,9 +4,10 @@
  * waits for the reply; a server process commits one row (WAL,
  * synchronous=FULL, as sqlite-commit) and then replies.  No protocol, no
  * event loop, no runtime.  bench/latency sets rokd's sequential
- * spawn-and-wait next to it: what rokd adds is the difference, what the
- * round trip and the wake-ups on this machine add is this minus
- * sqlite-commit.
+ * spawn-and-wait next to it: what rokd adds is the difference.  Against
+ * sqlite-commit, this adds the round trip, its wake-ups, and the CPU
+ * idling between commits (which on a virtual machine can slow the fsync
+ * itself; sqlite-commit's GAP_US measures that part alone).
  *
  * MODE inline: the server's one thread reads, commits and replies.
  * MODE handoff: a reader thread passes each request to a committing
@@ -19,6 +20,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +55,8 @@ static void ce_die(const char *what)
 	exit(1);
 }
 
-/* 1: a whole message moved; 0: the peer closed before any byte. */
+/* 1: a whole message moved; 0: the peer closed before any byte was
+ * read; -1: an error (errno says which), or the peer closed mid-message. */
 static int ce_io(int fd, char *buf, int out)
 {
 	size_t done = 0;
@@ -65,16 +68,26 @@ static int ce_io(int fd, char *buf, int out)
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
-			ce_die(out ? "write" : "read");
+			return -1;
 		if (r == 0) {
-			if (done == 0)
+			if (!out && done == 0)
 				return 0;
 			errno = EPIPE;
-			ce_die("short read");
+			return -1;
 		}
 		done += (size_t)r;
 	}
 	return 1;
+}
+
+/* The server's side: an error ends it (the client then reports). */
+static int ce_serve_io(int fd, char *buf, int out)
+{
+	int r = ce_io(fd, buf, out);
+
+	if (r < 0)
+		ce_die(out ? "server: write" : "server: read");
+	return r;
 }
 
 struct ce_server {
@@ -83,14 +96,15 @@ struct ce_server {
 	sqlite3_stmt *ins;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	int pending;	/* requests read, not yet committed; -1: closed */
+	int pending;	/* requests read, not yet committed */
+	int closed;	/* the client closed: commit what is pending, stop */
 };
 
 static void ce_commit(struct ce_server *s)
 {
-	sqlite3_bind_int(s->ins, 1, 1);
-	sqlite3_bind_blob(s->ins, 2, "noop", 4, SQLITE_STATIC);
-	if (sqlite3_step(s->ins) != SQLITE_DONE) {
+	if (sqlite3_bind_int(s->ins, 1, 1) != SQLITE_OK ||
+	    sqlite3_bind_blob(s->ins, 2, "noop", 4, SQLITE_STATIC) != SQLITE_OK ||
+	    sqlite3_step(s->ins) != SQLITE_DONE) {
 		fprintf(stderr, "commit-echo: insert: %s\n",
 		        sqlite3_errmsg(s->db));
 		exit(1);
@@ -105,16 +119,16 @@ static void *ce_committer(void *arg)
 
 	for (;;) {
 		pthread_mutex_lock(&s->lock);
-		while (s->pending == 0)
+		while (s->pending == 0 && !s->closed)
 			pthread_cond_wait(&s->cond, &s->lock);
-		if (s->pending < 0) {
+		if (s->pending == 0) {
 			pthread_mutex_unlock(&s->lock);
 			return NULL;
 		}
 		s->pending--;
 		pthread_mutex_unlock(&s->lock);
 		ce_commit(s);
-		ce_io(s->fd, buf, 1);
+		ce_serve_io(s->fd, buf, 1);
 	}
 }
 
@@ -135,14 +149,15 @@ static void ce_serve(int fd, const char *path, int handoff)
 		        s.db != NULL ? sqlite3_errmsg(s.db) : "out of memory");
 		exit(1);
 	}
-	pthread_mutex_init(&s.lock, NULL);
-	pthread_cond_init(&s.cond, NULL);
+	if ((errno = pthread_mutex_init(&s.lock, NULL)) ||
+	    (errno = pthread_cond_init(&s.cond, NULL)))
+		ce_die("pthread init");
 	if (handoff && (errno = pthread_create(&th, NULL, ce_committer, &s)))
 		ce_die("pthread_create");
-	while (ce_io(fd, buf, 0)) {
+	while (ce_serve_io(fd, buf, 0)) {
 		if (!handoff) {
 			ce_commit(&s);
-			ce_io(fd, buf, 1);
+			ce_serve_io(fd, buf, 1);
 			continue;
 		}
 		pthread_mutex_lock(&s.lock);
@@ -152,31 +167,58 @@ static void ce_serve(int fd, const char *path, int handoff)
 	}
 	if (handoff) {
 		pthread_mutex_lock(&s.lock);
-		s.pending = -1;
+		s.closed = 1;
 		pthread_cond_signal(&s.cond);
 		pthread_mutex_unlock(&s.lock);
-		pthread_join(th, NULL);
+		if ((errno = pthread_join(th, NULL)))
+			ce_die("pthread_join");
 	}
 	sqlite3_finalize(s.ins);
 	sqlite3_close(s.db);
 	exit(0);
 }
 
+/* The client's I/O failed: say why, with the server's end if it died. */
+static void ce_client_fail(pid_t pid, const char *what, int r)
+{
+	int status;
+
+	if (r < 0)
+		fprintf(stderr, "commit-echo: %s: %s\n", what, strerror(errno));
+	else
+		fprintf(stderr, "commit-echo: %s: the server closed\n", what);
+	if (waitpid(pid, &status, 0) == pid) {
+		if (WIFEXITED(status))
+			fprintf(stderr, "commit-echo: the server exited with "
+			        "status %d\n", WEXITSTATUS(status));
+		else if (WIFSIGNALED(status))
+			fprintf(stderr, "commit-echo: the server was killed by "
+			        "signal %d\n", WTERMSIG(status));
+	}
+	exit(1);
+}
+
 int main(int argc, char **argv)
 {
-	long n = argc > 3 ? strtol(argv[3], NULL, 10) : 2000;
-	int sv[2], status, handoff;
+	char *end = NULL;
+	long n = argc > 3 ? strtol(argv[3], &end, 10) : 2000;
+	int sv[2], status, handoff, r;
 	char buf[CE_MSG] = "spawn";
 	int64_t *lat;
 	pid_t pid;
 
 	if (argc < 3 || argc > 4 || n < 1 || n > 10000000 ||
+	    (end != NULL && (end == argv[3] || *end != '\0')) ||
 	    (strcmp(argv[2], "inline") && strcmp(argv[2], "handoff"))) {
 		fprintf(stderr, "usage: commit-echo DBFILE inline|handoff "
 		        "[N (1..10000000)]\n");
 		return 2;
 	}
 	handoff = strcmp(argv[2], "handoff") == 0;
+	/* A server that died is reported by ce_client_fail, not by a
+	 * silent SIGPIPE. */
+	if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
+		ce_die("signal");
 	lat = malloc((size_t)n * sizeof(*lat));
 	if (lat == NULL)
 		ce_die("malloc");
@@ -193,15 +235,15 @@ int main(int argc, char **argv)
 	for (long i = -100; i < n; i++) {
 		int64_t t0 = ce_now();
 
-		ce_io(sv[0], buf, 1);
-		if (!ce_io(sv[0], buf, 0)) {
-			fprintf(stderr, "commit-echo: the server died\n");
-			return 1;
-		}
+		if ((r = ce_io(sv[0], buf, 1)) <= 0)
+			ce_client_fail(pid, "write", r);
+		if ((r = ce_io(sv[0], buf, 0)) <= 0)
+			ce_client_fail(pid, "read", r);
 		if (i >= 0)
 			lat[i] = ce_now() - t0;
 	}
-	close(sv[0]);
+	if (close(sv[0]) != 0)
+		ce_die("close");
 	if (waitpid(pid, &status, 0) < 0)
 		ce_die("waitpid");
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {

@@ -27,27 +27,11 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include <sqlite3.h>
+#include "commit-row.h"
 
 #define CE_MSG 16
-
-static int64_t ce_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int ce_cmp(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-
-	return (x > y) - (x < y);
-}
 
 static void ce_die(const char *what)
 {
@@ -92,25 +76,12 @@ static int ce_serve_io(int fd, char *buf, int out)
 
 struct ce_server {
 	int fd;
-	sqlite3 *db;
-	sqlite3_stmt *ins;
+	struct commit_row cr;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	int pending;	/* requests read, not yet committed */
 	int closed;	/* the client closed: commit what is pending, stop */
 };
-
-static void ce_commit(struct ce_server *s)
-{
-	if (sqlite3_bind_int(s->ins, 1, 1) != SQLITE_OK ||
-	    sqlite3_bind_blob(s->ins, 2, "noop", 4, SQLITE_STATIC) != SQLITE_OK ||
-	    sqlite3_step(s->ins) != SQLITE_DONE) {
-		fprintf(stderr, "commit-echo: insert: %s\n",
-		        sqlite3_errmsg(s->db));
-		exit(1);
-	}
-	sqlite3_reset(s->ins);
-}
 
 static void *ce_committer(void *arg)
 {
@@ -127,7 +98,7 @@ static void *ce_committer(void *arg)
 		}
 		s->pending--;
 		pthread_mutex_unlock(&s->lock);
-		ce_commit(s);
+		commit_row_commit(&s->cr);
 		ce_serve_io(s->fd, buf, 1);
 	}
 }
@@ -138,17 +109,7 @@ static void ce_serve(int fd, const char *path, int handoff)
 	char buf[CE_MSG];
 	pthread_t th;
 
-	if (sqlite3_open(path, &s.db) != SQLITE_OK ||
-	    sqlite3_exec(s.db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
-	                 "CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY,"
-	                 " state INTEGER, payload BLOB)", NULL, NULL, NULL)
-	    != SQLITE_OK ||
-	    sqlite3_prepare_v2(s.db, "INSERT INTO t(state, payload) VALUES(?, ?)",
-	                       -1, &s.ins, NULL) != SQLITE_OK) {
-		fprintf(stderr, "commit-echo: %s: %s\n", path,
-		        s.db != NULL ? sqlite3_errmsg(s.db) : "out of memory");
-		exit(1);
-	}
+	commit_row_open(&s.cr, "commit-echo", path);
 	if ((errno = pthread_mutex_init(&s.lock, NULL)) ||
 	    (errno = pthread_cond_init(&s.cond, NULL)))
 		ce_die("pthread init");
@@ -156,7 +117,7 @@ static void ce_serve(int fd, const char *path, int handoff)
 		ce_die("pthread_create");
 	while (ce_serve_io(fd, buf, 0)) {
 		if (!handoff) {
-			ce_commit(&s);
+			commit_row_commit(&s.cr);
 			ce_serve_io(fd, buf, 1);
 			continue;
 		}
@@ -173,8 +134,7 @@ static void ce_serve(int fd, const char *path, int handoff)
 		if ((errno = pthread_join(th, NULL)))
 			ce_die("pthread_join");
 	}
-	sqlite3_finalize(s.ins);
-	sqlite3_close(s.db);
+	commit_row_close(&s.cr);
 	exit(0);
 }
 
@@ -233,14 +193,14 @@ int main(int argc, char **argv)
 	close(sv[1]);
 	/* The first 100 requests are not timed, as in sqlite-commit. */
 	for (long i = -100; i < n; i++) {
-		int64_t t0 = ce_now();
+		int64_t t0 = commit_row_now();
 
 		if ((r = ce_io(sv[0], buf, 1)) <= 0)
 			ce_client_fail(pid, "write", r);
 		if ((r = ce_io(sv[0], buf, 0)) <= 0)
 			ce_client_fail(pid, "read", r);
 		if (i >= 0)
-			lat[i] = ce_now() - t0;
+			lat[i] = commit_row_now() - t0;
 	}
 	if (close(sv[0]) != 0)
 		ce_die("close");
@@ -250,10 +210,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "commit-echo: the server failed\n");
 		return 1;
 	}
-	qsort(lat, (size_t)n, sizeof(*lat), ce_cmp);
-	printf("n=%ld p50_us=%.1f p99_us=%.1f max_us=%.1f\n", n,
-	       (double)lat[n / 2] / 1e3, (double)lat[n * 99 / 100] / 1e3,
-	       (double)lat[n - 1] / 1e3);
+	commit_row_report(lat, n);
 	free(lat);
 	return 0;
 }

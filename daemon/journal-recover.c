@@ -272,9 +272,15 @@ static int journal_recover_queued(sqlite3 *db, uint64_t now,
 			slurm_note_job(id, (uint32_t)job);
 			(*adopted)++;
 		}
+		/* No rokd writes a time before 0 or after now: such a spawn
+		 * time is taken as now (it is subtracted from later times),
+		 * such a queue entry as none. */
+		int64_t spawned = sqlite3_column_int64(sel, 3);
+		if (spawned < 0 || (uint64_t)spawned > now)
+			spawned = (int64_t)now;
 		int64_t queued = sqlite3_column_int64(sel, 7);
 		if (queued < 0 || (uint64_t)queued > now)
-			queued = 0;   /* no rokd writes that: as not queued */
+			queued = 0;
 		if (why[0] == '\0' && n == cap) {
 			size_t c = cap > 0 ? 2 * cap : 256;
 			struct journal_recover_q *m = realloc(q, c * sizeof(*q));
@@ -291,8 +297,7 @@ static int journal_recover_queued(sqlite3 *db, uint64_t now,
 		        (uid_t)sqlite3_column_int64(sel, 1), k != NULL ? k
 		        : &kind_noop, spec != NULL ? spec
 		        : &(TaskSpec)ROK__V1__TASK_SPEC__INIT,
-		        (uint64_t)sqlite3_column_int64(sel, 3),
-		        (uint64_t)queued,
+		        (uint64_t)spawned, (uint64_t)queued,
 		        (uint32_t)sqlite3_column_int64(sel, 4),
 		        (uint32_t)sqlite3_column_int64(sel, 5), &r);
 		rok__v1__task_spec__free_unpacked(spec, NULL);

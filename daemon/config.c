@@ -257,6 +257,15 @@ static int config_set(struct config *c, const char *key, const char *v,
 		c->durability_off = strcmp(v, "off") == 0;
 		return 0;
 	}
+	if (strcmp(key, "journal_lock") == 0) {
+		if (strcmp(v, "exclusive") != 0 && strcmp(v, "shared") != 0) {
+			snprintf(err, len, "journal_lock: expected exclusive or "
+			         "shared, not %s", v);
+			return -1;
+		}
+		c->journal_shared = strcmp(v, "shared") == 0;
+		return 0;
+	}
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
 		if (strcmp(keys[i].key, key) != 0)
 			continue;

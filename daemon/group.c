@@ -428,7 +428,7 @@ static int group_store_open(char *err, size_t len)
 		return 0;
 	snprintf(path, sizeof(path), "%s/journal.db", config.state_dir);
 	if (sqlite3_open_v2(path, &groups.db, SQLITE_OPEN_READWRITE |
-	                    SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+	                    SQLITE_OPEN_NOMUTEX, journal_vfs()) != SQLITE_OK) {
 		snprintf(err, len, "journal: %s", groups.db != NULL
 		         ? sqlite3_errmsg(groups.db) : "cannot open");
 		sqlite3_close(groups.db);

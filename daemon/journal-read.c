@@ -31,9 +31,15 @@ static struct {
 
 int journal_read_open(const char *path, char *err, size_t len)
 {
-	int rc = sqlite3_open_v2(path, &jread.db, SQLITE_OPEN_READONLY |
-	                         SQLITE_OPEN_NOMUTEX, NULL);
+	/* Read-write, made read-only by query_only: under "unix-excl" a
+	 * read-only connection takes and drops real fcntl locks, and its
+	 * unlock would drop the process's hold on the whole file. */
+	int rc = sqlite3_open_v2(path, &jread.db, SQLITE_OPEN_READWRITE |
+	                         SQLITE_OPEN_NOMUTEX, journal_vfs());
 
+	if (rc == SQLITE_OK)
+		rc = sqlite3_exec(jread.db, "PRAGMA query_only = 1", NULL, NULL,
+		                  NULL);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_busy_timeout(jread.db, JOURNAL_BUSY_TIMEOUT_MS);
 	if (rc == SQLITE_OK)

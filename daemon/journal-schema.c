@@ -178,6 +178,13 @@ static int journal_schema_check(sqlite3 *db, const char *path, char *err,
 	    (rc = journal_schema_int(db, "SELECT count(*) FROM sqlite_master",
 	                             &tables)) ||
 	    (rc = journal_schema_int(db, "PRAGMA user_version", &ver))) {
+		/* journal_lock = exclusive locks the file at the first read. */
+		if ((rc & 0xff) == SQLITE_BUSY) {
+			snprintf(err, len, "%s: cannot take the journal's lock: "
+			         "%s (another process uses the file); refusing "
+			         "to start", path, sqlite3_errmsg(db));
+			return -1;
+		}
 		snprintf(err, len, "%s: cannot read it as a database: %s "
 		         "(corrupt?); refusing to start, the file is left as it "
 		         "is", path, sqlite3_errmsg(db));
@@ -276,6 +283,11 @@ rollback:
 	return -1;
 }
 
+const char *journal_vfs(void)
+{
+	return config.journal_shared ? NULL : "unix-excl";
+}
+
 int journal_schema_open(const char *path, bool durable_full, sqlite3 **out,
                         char *err, size_t len)
 {
@@ -298,7 +310,8 @@ int journal_schema_open(const char *path, bool durable_full, sqlite3 **out,
 		}
 	}
 	int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE |
-	                         SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+	                         SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+	                         journal_vfs());
 	if (rc != SQLITE_OK) {
 		snprintf(err, len, "%s: cannot open: %s", path,
 		         db != NULL ? sqlite3_errmsg(db) : sqlite3_errstr(rc));

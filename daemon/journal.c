@@ -393,7 +393,7 @@ int journal_open(char *err, size_t len)
 	/* A connection checkpoints only once it has read the file (and seen
 	 * WAL mode): one statement does that. */
 	if (sqlite3_open_v2(journal.path, &journal.ckpt, SQLITE_OPEN_READWRITE |
-	                    SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
+	                    SQLITE_OPEN_NOMUTEX, journal_vfs()) != SQLITE_OK ||
 	    sqlite3_busy_timeout(journal.ckpt, JOURNAL_BUSY_TIMEOUT_MS) !=
 	            SQLITE_OK ||
 	    sqlite3_exec(journal.ckpt, "SELECT 1 FROM meta LIMIT 1", NULL,

@@ -82,6 +82,7 @@ struct config {
 	/* journal */
 	bool durability_full;       /* durability = full (else normal) */
 	bool durability_off;        /* durability = off: no journal at all */
+	bool journal_shared;        /* journal_lock = shared: see journal_vfs */
 	uint64_t keep_finished;     /* finished tasks kept in the journal */
 	int64_t keep_finished_for_ns; /* and for how long; 0: no age limit */
 	/* scheduling (group.c, queue.c; read at start only) */

@@ -32,8 +32,11 @@ static struct {
 int journal_read_open(const char *path, char *err, size_t len)
 {
 	/* Read-write, made read-only by query_only: under "unix-excl" a
-	 * read-only connection takes and drops real fcntl locks, and its
-	 * unlock would drop the process's hold on the whole file. */
+	 * read-only connection takes and drops real fcntl locks, and an
+	 * unlock of the file's last shared lock would drop the process's
+	 * hold on it.  (The writer's connection keeps its shared lock while
+	 * open, so that unlock does not come today; this does not rely on
+	 * it.) */
 	int rc = sqlite3_open_v2(path, &jread.db, SQLITE_OPEN_READWRITE |
 	                         SQLITE_OPEN_NOMUTEX, journal_vfs());
 

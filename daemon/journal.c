@@ -113,6 +113,7 @@
 #include <event2/event.h>
 #include <event2/event_struct.h>
 
+#include "group.h"
 #include "journal.h"
 #include "reactor.h"
 
@@ -1519,6 +1520,11 @@ void journal_stop(void)
 		sqlite3_finalize(journal.st[i]);
 		journal.st[i] = NULL;
 	}
+	/* Every connection to journal.db closes before the state directory's
+	 * lock goes: a rokd started next must not pass that lock and then
+	 * find the journal still locked by this one (journal_lock =
+	 * exclusive), or a final checkpoint still running. */
+	group_store_close();
 	journal_read_close();
 	if (journal.ckpt != NULL) {
 		(void)sqlite3_close(journal.ckpt);

@@ -78,6 +78,7 @@ int group_load(sqlite3 *db, char *err, size_t len);
  * journal.  0, or -1 with a message. */
 int group_store(const char *name, const struct group_settings *s, char *err,
                 size_t len);
+/* journal_stop alone: the connection closes with the journal's others. */
 void group_store_close(void);
 
 #endif /* ROKD_GROUP_H */

@@ -77,7 +77,6 @@ void queue_free(void)
 	queue_lock();
 	group_free_all();
 	queue_unlock();
-	group_store_close();
 }
 
 int queue_class(int wire)

@@ -44,8 +44,9 @@
  * stuck workers, whose timers it fires and, in thread-per-core mode, whose
  * tasks it runs.
  *
- * An idle pool costs nothing: when every worker is parked and no helper runs,
- * the monitor sleeps until a worker wakes up (monitor_poke).
+ * An idle pool costs nothing: once every worker was parked and no helper ran
+ * at MONITOR_IDLE_LOOKS looks in a row, the monitor sleeps until a worker
+ * wakes up (monitor_poke).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -62,6 +63,11 @@
 #include "worker.h"
 
 #define MONITOR_PERIOD ROK_MS(2)
+/* Looks that find the pool all idle before the monitor sleeps until poked.
+ * A pool that parks between requests (a daemon serving one client) would
+ * otherwise have each unpark poke it: a futex wake on the worker's way to
+ * its task, and a wake-up of this thread, per request. */
+#define MONITOR_IDLE_LOOKS 8
 
 static struct {
 	pthread_t thread;
@@ -233,11 +239,14 @@ static bool monitor_all_idle(void)
 static void *monitor_main(void *arg)
 {
 	const struct timespec period = { 0, MONITOR_PERIOD };
+	unsigned idle_looks = 0;
 
 	(void)arg;
 	(void)pthread_setname_np(pthread_self(), "rok-monitor");
 	while (!monitor_stopping()) {
-		if (monitor_all_idle()) {
+		idle_looks = monitor_all_idle() ? idle_looks + 1 : 0;
+		if (idle_looks >= MONITOR_IDLE_LOOKS) {
+			idle_looks = 0;
 			/* Before `sleeping` is set, so any poke that sees it
 			 * set bumps the word past v. */
 			uint32_t v = atomic_load(&monitor.word);

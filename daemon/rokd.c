@@ -424,6 +424,16 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGHUP);
 	/* Blocked before any thread starts, so only sigwait takes them. */
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	/* SIGCHLD too, though nothing waits for it.  Its default is to be
+	 * dropped, but the kernel drops it only at delivery while a thread
+	 * blocks it (every other thread blocks all signals), so this one,
+	 * the only taker, was woken out of sigwait at every exec task's
+	 * end.  Children start with an empty mask (exec-spawn.c,
+	 * slurm-cmd.c) and no pending signal. */
+	sigset_t chld;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	pthread_sigmask(SIG_BLOCK, &chld, NULL);
 	exec_limits_save();
 	rokd_raise_nofile();
 	rokd_state_dir();

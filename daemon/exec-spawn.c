@@ -163,6 +163,7 @@ static struct {
 	cpu_set_t cpus;
 	char *stall;                    /* ROKD_TEST_EXEC_STALL */
 	int64_t tick_ns;                /* one clock tick; 0: not known */
+	pid_t self;                     /* rokd's pid: it forks no more */
 } spawn = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.cond = PTHREAD_COND_INITIALIZER,
@@ -257,6 +258,7 @@ int exec_spawn_init(void)
 	spawn.devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (spawn.devnull < 0)
 		return -errno;
+	spawn.self = getpid();
 	spawn.nreset = 0;
 	for (int sig = 1; sig < 65 && spawn.nreset < 64; sig++) {
 		struct sigaction sa;
@@ -802,7 +804,7 @@ static void exec_spawner_run(struct exec_req *r, void *stack)
 	struct exec_child_arg a = {
 		.s = &r->s,
 		.r = r,
-		.parent = getpid(),
+		.parent = spawn.self,
 	};
 	const char *step = "its cgroup";
 	pid_t pid = -1;

@@ -16,10 +16,9 @@
  * Exactly one reaper per child: this task, with waitid(P_PIDFD) (or the
  * spawner, for a child that never got to this task), nowhere else (rokd
  * has no SIGCHLD handler, leaves SIGCHLD at its default and blocks it in
- * every thread), so the pid
- * cannot be reused while the task holds the pidfd, and every kill(-pgid)
- * below happens while the leader is at most a zombie, so the group id
- * still names our group.  No wait blocks: the reaps here follow a readable
+ * every thread), so the pid cannot be reused while the task holds the
+ * pidfd, and every kill(-pgid) below happens while the leader is at most a
+ * zombie, so the group id still names our group.  No wait blocks: the reaps here follow a readable
  * pidfd (WNOHANG), and the one that cannot await (exec_kill_now) waits a
  * bounded time after SIGKILL.
  *

@@ -18,9 +18,9 @@
  * has no SIGCHLD handler, leaves SIGCHLD at its default and blocks it in
  * every thread), so the pid cannot be reused while the task holds the
  * pidfd, and every kill(-pgid) below happens while the leader is at most a
- * zombie, so the group id still names our group.  No wait blocks: the reaps here follow a readable
- * pidfd (WNOHANG), and the one that cannot await (exec_kill_now) waits a
- * bounded time after SIGKILL.
+ * zombie, so the group id still names our group.  No wait blocks: the
+ * reaps here follow a readable pidfd (WNOHANG), and the one that cannot
+ * await (exec_kill_now) waits a bounded time after SIGKILL.
  *
  * Cancel and timeout.  A cancel of a running exec task does not cancel the
  * runtime task (whose cleanup may not wait): tasktab calls exec_cancel,

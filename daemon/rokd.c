@@ -425,11 +425,12 @@ int main(int argc, char **argv)
 	/* Blocked before any thread starts, so only sigwait takes them. */
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	/* SIGCHLD too, though nothing waits for it.  Its default is to be
-	 * dropped, but the kernel drops it only at delivery while a thread
-	 * blocks it (every other thread blocks all signals), so this one,
-	 * the only taker, was woken out of sigwait at every exec task's
-	 * end.  Children start with an empty mask (exec-spawn.c,
-	 * slurm-cmd.c) and no pending signal. */
+	 * dropped, but the kernel drops it at once only if the thread that
+	 * started the child does not block it, and the spawners block every
+	 * signal: it was delivered to this thread, the only one that did not
+	 * block it, woken out of sigwait at every exec task's end to drop it.
+	 * Children start with an empty mask (exec-spawn.c, slurm-cmd.c) and
+	 * no pending signal. */
 	sigset_t chld;
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);

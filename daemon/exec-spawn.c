@@ -163,7 +163,7 @@ static struct {
 	cpu_set_t cpus;
 	char *stall;                    /* ROKD_TEST_EXEC_STALL */
 	int64_t tick_ns;                /* one clock tick; 0: not known */
-	pid_t self;                     /* rokd's pid: it forks no more */
+	pid_t self;                     /* rokd's: set after daemonizing */
 } spawn = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.cond = PTHREAD_COND_INITIALIZER,

@@ -422,19 +422,17 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGHUP);
-	/* Blocked before any thread starts, so only sigwait takes them. */
-	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-	/* SIGCHLD too, though nothing waits for it.  Its default is to be
+	/* Blocked before any thread starts, so only sigwait takes them.
+	 * SIGCHLD too, though nothing waits for it.  Its default is to be
 	 * dropped, but the kernel drops it at once only if the thread that
 	 * started the child does not block it, and the spawners block every
 	 * signal: it was delivered to this thread, the only one that did not
 	 * block it, woken out of sigwait at every exec task's end to drop it.
 	 * Children start with an empty mask (exec-spawn.c, slurm-cmd.c) and
 	 * no pending signal. */
-	sigset_t chld;
-	sigemptyset(&chld);
-	sigaddset(&chld, SIGCHLD);
-	pthread_sigmask(SIG_BLOCK, &chld, NULL);
+	sigset_t blocked = sigs;
+	sigaddset(&blocked, SIGCHLD);
+	pthread_sigmask(SIG_BLOCK, &blocked, NULL);
 	exec_limits_save();
 	rokd_raise_nofile();
 	rokd_state_dir();

@@ -6,15 +6,29 @@
  *
  *	exec-loop N P COMMAND [ARG...]
  *
- * prints: n=N p=P seconds=WALL rate=PER_S
+ * prints: n=N p=P seconds=WALL rate=PER_S child_cpu_us=C self_cpu_us=S
+ * where C and S are the CPU time (user + system) per command of the
+ * children and of the loop itself: bench/latency's CPU budget per task.
  */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* User + system time of `who` (RUSAGE_SELF, RUSAGE_CHILDREN), in µs. */
+static double el_cpu_us(int who)
+{
+	struct rusage ru;
+
+	if (getrusage(who, &ru) != 0)
+		return -1;
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
 
 static double el_now(void)
 {
@@ -75,6 +89,13 @@ int main(int argc, char **argv)
 		done++;
 	}
 	double s = el_now() - t0;
-	printf("n=%ld p=%ld seconds=%.3f rate=%.1f\n", n, p, s, (double)n / s);
+	double child = el_cpu_us(RUSAGE_CHILDREN), self = el_cpu_us(RUSAGE_SELF);
+	if (child < 0 || self < 0) {
+		perror("exec-loop: getrusage");
+		return 1;
+	}
+	printf("n=%ld p=%ld seconds=%.3f rate=%.1f child_cpu_us=%.1f "
+	       "self_cpu_us=%.1f\n", n, p, s, (double)n / s,
+	       child / (double)n, self / (double)n);
 	return 0;
 }

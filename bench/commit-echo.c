@@ -191,8 +191,7 @@ int main(int argc, char **argv)
 		ce_serve(sv[1], argv[1], handoff);
 	}
 	close(sv[1]);
-	/* The first 100 requests are not timed, as in sqlite-commit. */
-	for (long i = -100; i < n; i++) {
+	for (long i = -COMMIT_ROW_WARMUP; i < n; i++) {
 		int64_t t0 = commit_row_now();
 
 		if ((r = ce_io(sv[0], buf, 1)) <= 0)

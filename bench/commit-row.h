@@ -17,6 +17,18 @@
 
 #include <sqlite3.h>
 
+/*
+ * Commits made before any is timed: enough for sqlite's automatic
+ * checkpoint (at 1,000 WAL frames, about one a commit here) to restart the
+ * WAL, so that the timed commits overwrite blocks already written, as in
+ * any process that has committed for a while.  Appending to the WAL
+ * allocates blocks, and each fsync then writes metadata too: up to twice
+ * the latency.  rokd writes its WAL's blocks ahead at start
+ * (journal_schema_wal_prefill), so its commits are like these from the
+ * first one.
+ */
+#define COMMIT_ROW_WARMUP 1100
+
 struct commit_row {
 	const char *prog;	/* for messages */
 	sqlite3 *db;

@@ -2,7 +2,7 @@
  * sqlite-commit — the physical limit of one durable acknowledgement: N
  * single-row INSERTs, each its own transaction, into a WAL database with
  * synchronous=FULL (what rokd's journal does at durability = full), timed
- * one by one.  bench/latency runs it on the same file system as rokd's
+ * one by one after COMMIT_ROW_WARMUP untimed ones (see commit-row.h).  bench/latency runs it on the same file system as rokd's
  * state directory so the two figures can be compared in one run.
  *
  * GAP_US, when given, is slept before each commit (outside its timing):
@@ -40,9 +40,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	commit_row_open(&cr, "sqlite-commit", argv[1]);
-	/* The first 100 commits are not timed: the WAL file is created and
-	 * grown then, as rokd's is before its first acknowledgement. */
-	for (long i = -100; i < n; i++) {
+	for (long i = -COMMIT_ROW_WARMUP; i < n; i++) {
 		if (gap > 0 && usleep((useconds_t)gap) != 0) {
 			perror("sqlite-commit: usleep");
 			return 1;

@@ -135,6 +135,48 @@ static int journal_schema_int(sqlite3 *db, const char *sql, int64_t *v)
 	return rc;
 }
 
+/* sqlite's WAL format (wal.c): the file's header, each frame's. */
+#define JOURNAL_WAL_HEADER 32
+#define JOURNAL_WAL_FRAME_HEADER 24
+
+void journal_schema_wal_prefill(sqlite3 *db, const char *path, int frames)
+{
+	static const char zeros[64 << 10];
+	sqlite3_file *f = NULL;
+	sqlite3_int64 size;
+	int64_t page;
+
+	if (journal_schema_int(db, "PRAGMA page_size", &page) != SQLITE_OK ||
+	    page < 512 || page > 65536 ||
+	    sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER,
+	                         &f) != SQLITE_OK ||
+	    f == NULL || f->pMethods == NULL ||
+	    f->pMethods->xFileSize(f, &size) != SQLITE_OK) {
+		log_warnx("%s-wal: not written ahead (no page size or open "
+		          "WAL): its first commits grow it", path);
+		return;
+	}
+	int64_t want = JOURNAL_WAL_HEADER +
+	               (int64_t)frames * (page + JOURNAL_WAL_FRAME_HEADER);
+	int rc = SQLITE_OK;
+
+	for (int64_t off = size; off < want && rc == SQLITE_OK;) {
+		int n = want - off < (int64_t)sizeof(zeros)
+		        ? (int)(want - off) : (int)sizeof(zeros);
+		rc = f->pMethods->xWrite(f, zeros, n, off);
+		off += n;
+	}
+	if (size < want && rc == SQLITE_OK)
+		rc = f->pMethods->xSync(f, SQLITE_SYNC_NORMAL);
+	if (rc != SQLITE_OK) {
+		int trc = f->pMethods->xTruncate(f, size);
+		log_warnx("%s-wal: could not write %lld bytes ahead (%s)%s: its "
+		          "first commits grow it", path, (long long)(want - size),
+		          sqlite3_errstr(rc), trc == SQLITE_OK ? ""
+		          : "; the zeros written stay");
+	}
+}
+
 /* The file's first bytes: 0 if it is absent, empty or starts like sqlite,
  * else -1 with a message. */
 static int journal_schema_header(const char *path, char *err, size_t len)

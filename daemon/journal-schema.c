@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "journal.h"
@@ -139,12 +140,15 @@ static int journal_schema_int(sqlite3 *db, const char *sql, int64_t *v)
 #define JOURNAL_WAL_HEADER 32
 #define JOURNAL_WAL_FRAME_HEADER 24
 
-void journal_schema_wal_prefill(sqlite3 *db, const char *path, int frames)
+/* With db's write transaction open: see journal.h. */
+static void journal_schema_wal_zeros(sqlite3 *db, const char *path,
+                                     int frames)
 {
 	static const char zeros[64 << 10];
 	sqlite3_file *f = NULL;
 	sqlite3_int64 size;
 	int64_t page;
+	struct statvfs fs;
 
 	if (journal_schema_int(db, "PRAGMA page_size", &page) != SQLITE_OK ||
 	    page < 512 || page > 65536 ||
@@ -158,15 +162,24 @@ void journal_schema_wal_prefill(sqlite3 *db, const char *path, int frames)
 	}
 	int64_t want = JOURNAL_WAL_HEADER +
 	               (int64_t)frames * (page + JOURNAL_WAL_FRAME_HEADER);
+	if (size >= want)
+		return;
+	/* f_bavail * f_frsize cannot overflow: a file system's size. */
+	if (statvfs(path, &fs) != 0 ||
+	    (uint64_t)fs.f_bavail * fs.f_frsize / 2 < (uint64_t)(want - size)) {
+		log_warnx("%s-wal: not written ahead: %lld bytes would take more "
+		          "than half of the space free: its first commits grow "
+		          "it", path, (long long)(want - size));
+		return;
+	}
 	int rc = SQLITE_OK;
-
 	for (int64_t off = size; off < want && rc == SQLITE_OK;) {
 		int n = want - off < (int64_t)sizeof(zeros)
 		        ? (int)(want - off) : (int)sizeof(zeros);
 		rc = f->pMethods->xWrite(f, zeros, n, off);
 		off += n;
 	}
-	if (size < want && rc == SQLITE_OK)
+	if (rc == SQLITE_OK)
 		rc = f->pMethods->xSync(f, SQLITE_SYNC_NORMAL);
 	if (rc != SQLITE_OK) {
 		int trc = f->pMethods->xTruncate(f, size);
@@ -174,6 +187,27 @@ void journal_schema_wal_prefill(sqlite3 *db, const char *path, int frames)
 		          "first commits grow it", path, (long long)(want - size),
 		          sqlite3_errstr(rc), trc == SQLITE_OK ? ""
 		          : "; the zeros written stay");
+	}
+}
+
+void journal_schema_wal_prefill(sqlite3 *db, const char *path, int frames)
+{
+	char msg[256];
+
+	/* The WAL's write lock: with journal_lock = shared another process
+	 * could otherwise append frames where the zeros go. */
+	if (journal_schema_exec(db, "BEGIN IMMEDIATE", msg, sizeof(msg)) !=
+	    SQLITE_OK) {
+		log_warnx("%s-wal: not written ahead (%s): its first commits "
+		          "grow it", path, msg);
+		return;
+	}
+	journal_schema_wal_zeros(db, path, frames);
+	/* Nothing was written in the transaction: nothing to commit but
+	 * the lock to let go. */
+	if (journal_schema_exec(db, "COMMIT", msg, sizeof(msg)) != SQLITE_OK) {
+		log_warnx("%s: the WAL written ahead: COMMIT: %s", path, msg);
+		(void)journal_schema_exec(db, "ROLLBACK", msg, sizeof(msg));
 	}
 }
 

@@ -391,8 +391,10 @@ int journal_open(char *err, size_t len)
 	                        &journal.db, err, len) < 0)
 		return -1;
 	sqlite3_wal_hook(journal.db, journal_wal_hook, NULL);
-	journal_schema_wal_prefill(journal.db, journal.path,
-	                           JOURNAL_CHECKPOINT_FRAMES);
+	/* At normal, commits do not sync: appends cost them nothing. */
+	if (config.durability_full)
+		journal_schema_wal_prefill(journal.db, journal.path,
+		                           JOURNAL_CHECKPOINT_FRAMES);
 	/* A connection checkpoints only once it has read the file (and seen
 	 * WAL mode): one statement does that. */
 	if (sqlite3_open_v2(journal.path, &journal.ckpt, SQLITE_OPEN_READWRITE |

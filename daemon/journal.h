@@ -44,18 +44,20 @@ const char *journal_vfs(void);
 /* Runs one statement; SQLITE_OK or an sqlite error, message in err. */
 int journal_schema_exec(sqlite3 *db, const char *sql, char *err, size_t len);
 /*
- * Writes zeros into db's WAL file, past its end, up to the size of
- * `frames` frames, and syncs them: what the WAL grows to between two
- * checkpoints is then blocks already written, which a commit overwrites.
- * An append allocates blocks instead, and the commit's fsync then writes
- * the file system's metadata as well: on this project's ext4 machines two
- * device writes a commit instead of one, and twice the latency at
- * durability = full, for the first ~1,000 commits after every start (a
- * clean stop deletes the WAL).  Zeros are no frames to sqlite (a frame
- * must carry its header's salt), so a recovery stops where they begin.
- * posix_fallocate would not do: its unwritten extents change metadata
- * when first written, as appends do.  A failure (a full disk) takes the
- * zeros back and is logged; the journal works as before.
+ * At durability = full: writes zeros into db's WAL file, past its end, up
+ * to the size of `frames` frames, and syncs them, so that what the WAL
+ * grows to between two checkpoints is blocks already written, which a
+ * commit overwrites.  An append allocates blocks instead, and the
+ * commit's fsync then writes the file system's metadata too: on this
+ * project's ext4 machines 3 to 4 device writes a commit instead of 2, and
+ * up to twice the latency, for the first ~1,000 frames after every start
+ * (a clean stop deletes the WAL).  Zeros are never frames to sqlite (a
+ * frame of page 0 is invalid, as is a header without its magic number),
+ * so recovery stops where they begin.  posix_fallocate would not do: its
+ * unwritten extents change metadata when first written, as appends do.
+ * Done under the write lock (BEGIN IMMEDIATE), and only when it takes at
+ * most half of the space free; a failure takes the zeros back.  Either
+ * is logged, and the journal works as before.
  */
 void journal_schema_wal_prefill(sqlite3 *db, const char *path, int frames);
 

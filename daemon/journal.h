@@ -44,10 +44,10 @@ const char *journal_vfs(void);
 /* Runs one statement; SQLITE_OK or an sqlite error, message in err. */
 int journal_schema_exec(sqlite3 *db, const char *sql, char *err, size_t len);
 /*
- * At durability = full: writes zeros into db's WAL file, past its end, up
- * to the size of `frames` frames, and syncs them, so that what the WAL
- * grows to between two checkpoints is blocks already written, which a
- * commit overwrites.  An append allocates blocks instead, and the
+ * Writes zeros into db's WAL file (journal_open, at durability = full),
+ * past its end, up to the size of `frames` frames, and syncs them: what
+ * the WAL grows to between two checkpoints is then blocks already
+ * written, which a commit overwrites.  An append allocates blocks instead, and the
  * commit's fsync then writes the file system's metadata too: on this
  * project's ext4 machines 3 to 4 device writes a commit instead of 2, and
  * up to twice the latency, for the first ~1,000 frames after every start

@@ -164,9 +164,12 @@ static void journal_schema_wal_zeros(sqlite3 *db, const char *path,
 	               (int64_t)frames * (page + JOURNAL_WAL_FRAME_HEADER);
 	if (size >= want)
 		return;
+	if (statvfs(path, &fs) != 0) {
+		log_errno(errno, "%s-wal: not written ahead: statvfs", path);
+		return;
+	}
 	/* f_bavail * f_frsize cannot overflow: a file system's size. */
-	if (statvfs(path, &fs) != 0 ||
-	    (uint64_t)fs.f_bavail * fs.f_frsize / 2 < (uint64_t)(want - size)) {
+	if ((uint64_t)fs.f_bavail * fs.f_frsize / 2 < (uint64_t)(want - size)) {
 		log_warnx("%s-wal: not written ahead: %lld bytes would take more "
 		          "than half of the space free: its first commits grow "
 		          "it", path, (long long)(want - size));
@@ -190,7 +193,8 @@ static void journal_schema_wal_zeros(sqlite3 *db, const char *path,
 	}
 }
 
-void journal_schema_wal_prefill(sqlite3 *db, const char *path, int frames)
+int journal_schema_wal_prefill(sqlite3 *db, const char *path, int frames,
+                               char *err, size_t len)
 {
 	char msg[256];
 
@@ -200,7 +204,7 @@ void journal_schema_wal_prefill(sqlite3 *db, const char *path, int frames)
 	    SQLITE_OK) {
 		log_warnx("%s-wal: not written ahead (%s): its first commits "
 		          "grow it", path, msg);
-		return;
+		return 0;
 	}
 	journal_schema_wal_zeros(db, path, frames);
 	/* Nothing was written in the transaction: nothing to commit but
@@ -209,6 +213,13 @@ void journal_schema_wal_prefill(sqlite3 *db, const char *path, int frames)
 		log_warnx("%s: the WAL written ahead: COMMIT: %s", path, msg);
 		(void)journal_schema_exec(db, "ROLLBACK", msg, sizeof(msg));
 	}
+	if (!sqlite3_get_autocommit(db)) {
+		snprintf(err, len, "%s: the write lock taken to write the WAL "
+		         "ahead could not be let go: %s; refusing to start",
+		         path, msg);
+		return -1;
+	}
+	return 0;
 }
 
 /* The file's first bytes: 0 if it is absent, empty or starts like sqlite,

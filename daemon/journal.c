@@ -392,9 +392,10 @@ int journal_open(char *err, size_t len)
 		return -1;
 	sqlite3_wal_hook(journal.db, journal_wal_hook, NULL);
 	/* At normal, commits do not sync: appends cost them nothing. */
-	if (config.durability_full)
-		journal_schema_wal_prefill(journal.db, journal.path,
-		                           JOURNAL_CHECKPOINT_FRAMES);
+	if (config.durability_full &&
+	    journal_schema_wal_prefill(journal.db, journal.path,
+	                               JOURNAL_CHECKPOINT_FRAMES, err, len) < 0)
+		return -1;
 	/* A connection checkpoints only once it has read the file (and seen
 	 * WAL mode): one statement does that. */
 	if (sqlite3_open_v2(journal.path, &journal.ckpt, SQLITE_OPEN_READWRITE |

@@ -55,11 +55,14 @@ int journal_schema_exec(sqlite3 *db, const char *sql, char *err, size_t len);
  * frame of page 0 is invalid, as is a header without its magic number),
  * so recovery stops where they begin.  posix_fallocate would not do: its
  * unwritten extents change metadata when first written, as appends do.
- * Done under the write lock (BEGIN IMMEDIATE), and only when it takes at
- * most half of the space free; a failure takes the zeros back.  Either
- * is logged, and the journal works as before.
+ * Done under the write lock (BEGIN IMMEDIATE, which may wait for another
+ * process's), and only when it takes at most half of the space free; a
+ * failure takes the zeros back.  Not writing ahead is logged, and the
+ * journal works as before.  0; -1 with a sentence in err only if the
+ * write lock could not be let go.
  */
-void journal_schema_wal_prefill(sqlite3 *db, const char *path, int frames);
+int journal_schema_wal_prefill(sqlite3 *db, const char *path, int frames,
+                               char *err, size_t len);
 
 /* ---- journal.c --------------------------------------------------------- */
 /* Main thread: opens <state_dir>/journal.db (see journal_schema_open);

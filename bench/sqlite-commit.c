@@ -2,8 +2,9 @@
  * sqlite-commit — the physical limit of one durable acknowledgement: N
  * single-row INSERTs, each its own transaction, into a WAL database with
  * synchronous=FULL (what rokd's journal does at durability = full), timed
- * one by one after COMMIT_ROW_WARMUP untimed ones (see commit-row.h).  bench/latency runs it on the same file system as rokd's
- * state directory so the two figures can be compared in one run.
+ * one by one after COMMIT_ROW_WARMUP untimed ones (see commit-row.h).
+ * bench/latency runs it on the same file system as rokd's state
+ * directory so the two figures can be compared in one run.
  *
  * GAP_US, when given, is slept before each commit (outside its timing):
  * commits paced as a service's are, one per request round trip, with the

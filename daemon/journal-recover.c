@@ -269,7 +269,8 @@ static int journal_recover_queued(sqlite3 *db, uint64_t now,
 		if (job > 0 && job <= UINT32_MAX) {
 			/* Running or still pending in Slurm (queued for rok):
 			 * its task adopts it (slurm.c). */
-			slurm_note_job(id, (uint32_t)job);
+			slurm_note_job(id, (uint32_t)sqlite3_column_int64(sel, 5),
+			               (uint32_t)job);
 			(*adopted)++;
 		}
 		/* No rokd writes a time before 0 or after now: such a spawn

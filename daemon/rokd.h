@@ -624,9 +624,9 @@ extern const struct kind kind_slurm;
  * a job of an older id before submitting it). */
 void slurm_set_first_new_id(uint64_t id);
 /* Main thread, in recovery, before it starts task id again: the Slurm job
- * the journal has for it (adopted if Slurm still knows it, else the task
- * fails rather than run twice). */
-void slurm_note_job(uint64_t id, uint32_t jobid);
+ * the journal has for its run `run` (adopted if Slurm still knows it, else
+ * that run fails rather than run twice). */
+void slurm_note_job(uint64_t id, uint32_t run, uint32_t jobid);
 
 /* ---- exec.c, exec-*.c: the exec kind (child processes) ---------------- */
 /* Main thread, before the runtime starts: output directory, /dev/null,

@@ -75,6 +75,7 @@ static uint64_t slurm_first_new_id = 1;   /* set before any task starts */
  * only (recovery notes one, then starts its task, whose init reads it). */
 static struct slurm_known {
 	uint64_t id;
+	uint32_t run;               /* the run the job was submitted for */
 	uint32_t jobid;
 } *slurm_known;
 static size_t slurm_nknown, slurm_known_cap;
@@ -145,7 +146,7 @@ void slurm_set_first_new_id(uint64_t id)
 	slurm_first_new_id = id;
 }
 
-void slurm_note_job(uint64_t id, uint32_t jobid)
+void slurm_note_job(uint64_t id, uint32_t run, uint32_t jobid)
 {
 	if (slurm_nknown == slurm_known_cap) {
 		size_t cap = slurm_known_cap != 0 ? slurm_known_cap * 2 : 64;
@@ -159,16 +160,19 @@ void slurm_note_job(uint64_t id, uint32_t jobid)
 		slurm_known = v;
 		slurm_known_cap = cap;
 	}
-	slurm_known[slurm_nknown++] = (struct slurm_known){ id, jobid };
+	slurm_known[slurm_nknown++] = (struct slurm_known){ id, run, jobid };
 }
 
-/* Main thread (kind_spawn): the job id recovery noted for id, or 0.  Ids
- * come in increasing order: the last one noted is the one looked for. */
-static uint32_t slurm_known_job(uint64_t id)
+/* Main thread (kind_spawn): the job id recovery noted for run `run` of
+ * id, or 0.  Only that run's: a retry after it (the adopted job failed)
+ * has no job yet, and is submitted.  Ids come in increasing order: the
+ * last one noted is the one looked for. */
+static uint32_t slurm_known_job(uint64_t id, uint32_t run)
 {
 	for (size_t i = slurm_nknown; i > 0; i--)
 		if (slurm_known[i - 1].id == id)
-			return slurm_known[i - 1].jobid;
+			return slurm_known[i - 1].run == run
+			       ? slurm_known[i - 1].jobid : 0;
 	return 0;
 }
 
@@ -467,7 +471,7 @@ static void slurm_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 	s->uid = tasktab_uid(r);
 	s->adopt = j->id < slurm_first_new_id;
 	if (s->adopt)
-		s->known_job = slurm_known_job(j->id);
+		s->known_job = slurm_known_job(j->id, s->run);
 	s->argv = exec_args_strv(spec->args, spec->n_args);
 	s->env = exec_args_strv(spec->env, spec->n_env);
 	if (spec->cwd.len > 0)

@@ -406,6 +406,17 @@ int journal_schema_open(const char *path, bool durable_full, sqlite3 **out,
 		return -1;
 	}
 	sqlite3_extended_result_codes(db, 1);
+	/* journal_lock = shared: another process may hold the write lock
+	 * for a moment (a sqlite3 shell's write); the start waits for it as
+	 * commits do.  Exclusive: whoever holds the file's lock keeps it, and
+	 * waiting would only delay the refusal. */
+	if (config.journal_shared &&
+	    (rc = sqlite3_busy_timeout(db, JOURNAL_BUSY_TIMEOUT_MS)) !=
+	    SQLITE_OK) {
+		snprintf(err, len, "%s: busy timeout: %s", path,
+		         sqlite3_errstr(rc));
+		goto fail;
+	}
 	if (sqlite3_db_readonly(db, "main") == 1) {
 		snprintf(err, len, "%s is read-only (file or file system): the "
 		         "journal cannot be kept; refusing to start", path);

@@ -265,14 +265,6 @@ static int journal_recover_queued(sqlite3 *db, uint64_t now,
 			         : "unknown task kind");
 		else if (k->check(spec, why, sizeof(why)) == 0)
 			why[0] = '\0';   /* a failing check left its message */
-		int64_t job = sqlite3_column_int64(sel, 6);
-		if (job > 0 && job <= UINT32_MAX) {
-			/* Running or still pending in Slurm (queued for rok):
-			 * its task adopts it (slurm.c). */
-			slurm_note_job(id, (uint32_t)sqlite3_column_int64(sel, 5),
-			               (uint32_t)job);
-			(*adopted)++;
-		}
 		/* No rokd writes a time before 0 or after now: such a spawn
 		 * time is taken as now (it is subtracted from later times),
 		 * such a queue entry as none. */
@@ -305,6 +297,13 @@ static int journal_recover_queued(sqlite3 *db, uint64_t now,
 		if (err < 0) {
 			rc = SQLITE_NOMEM;
 			break;
+		}
+		int64_t job = sqlite3_column_int64(sel, 6);
+		if (job > 0 && job <= UINT32_MAX) {
+			/* Running or still pending in Slurm (queued for rok):
+			 * its run (as the record has it) adopts it (slurm.c). */
+			slurm_note_job(id, tasktab_run(r), (uint32_t)job);
+			(*adopted)++;
 		}
 		if (why[0] != '\0') {
 			struct rt_outcome o = { .state = RT_FAILED };

@@ -272,6 +272,9 @@ struct rt_outcome {
 	bool has_exit_code, has_signal;
 	int exit_code, signal;
 	bool output_truncated;
+	bool final;                 /* failed, but no retry_failed run: its
+	                               outcome is unknown, and a retry could
+	                               run the command twice */
 	char reason[160];
 };
 

@@ -71,8 +71,10 @@
 
 static atomic_bool slurm_stopping;
 static uint64_t slurm_first_new_id = 1;   /* set before any task starts */
-/* The journaled job ids of the tasks recovery queues again: main thread
- * only (recovery notes one, then starts its task, whose init reads it). */
+/* The journaled job ids of the tasks recovery queues again.  Written by
+ * recovery (main thread) before it starts any task, then only read, by
+ * the init of a recovered task's runs on any thread (a retry, a gate
+ * release), until slurm_free after rok_stop. */
 static struct slurm_known {
 	uint64_t id;
 	uint32_t run;               /* the run the job was submitted for */
@@ -100,6 +102,8 @@ struct slurm_sub {
 	int64_t jobid;              /* > 0: submitted or adopted */
 	bool again;                 /* not submitted, for now: slurmctld
 	                               could not be reached */
+	bool lost;                  /* known_job is no longer known: how
+	                               it ended cannot be told */
 	char reason[200];
 };
 
@@ -113,6 +117,8 @@ struct slurm_job {
 	char why[200];              /* what `waiting` shows now */
 	bool running;               /* marked running (tasktab_running) */
 	bool warned;                /* logged that slurmctld is away */
+	bool lost;                  /* its job forgotten by Slurm: failed,
+	                               with no retry (it may have run) */
 	uid_t owner;                /* whose out and err may be read */
 	int fd[2];                  /* out, err; -1: not open yet */
 	struct exec_out out;
@@ -163,16 +169,15 @@ void slurm_note_job(uint64_t id, uint32_t run, uint32_t jobid)
 	slurm_known[slurm_nknown++] = (struct slurm_known){ id, run, jobid };
 }
 
-/* Main thread (kind_spawn): the job id recovery noted for run `run` of
- * id, or 0.  Only that run's: a retry after it (the adopted job failed)
- * has no job yet, and is submitted.  Ids come in increasing order: the
- * last one noted is the one looked for. */
+/* The job id recovery noted for run `run` of id, or 0.  Only that run's:
+ * a retry after it (the adopted job failed) has no job yet, and is
+ * submitted.  Ids come in increasing order (a damaged journal's may
+ * repeat): the last one noted is the one looked for. */
 static uint32_t slurm_known_job(uint64_t id, uint32_t run)
 {
 	for (size_t i = slurm_nknown; i > 0; i--)
-		if (slurm_known[i - 1].id == id)
-			return slurm_known[i - 1].run == run
-			       ? slurm_known[i - 1].jobid : 0;
+		if (slurm_known[i - 1].id == id && slurm_known[i - 1].run == run)
+			return slurm_known[i - 1].jobid;
 	return 0;
 }
 
@@ -251,6 +256,7 @@ static void *slurm_submit_main(void *arg)
 	int err;
 
 	s->again = false;
+	s->lost = false;
 	s->reason[0] = '\0';
 	slurm_watch_name(s->id, s->run, name, sizeof(name));
 	if (slurm_cmd_path("sbatch") == NULL) {
@@ -281,6 +287,7 @@ static void *slurm_submit_main(void *arg)
 			         "submitted before rokd restarted, is no longer "
 			         "known to Slurm (it ended longer than MinJobAge "
 			         "ago?); not submitted again", s->known_job);
+			s->lost = true;
 			return s;
 		}
 	}
@@ -631,6 +638,7 @@ static rok_poll slurm_poll(rok_cx *cx, void *frame)
 			break;
 		}
 		if (!j->sub->again) {
+			j->lost = j->sub->lost;
 			slurm_fail(j, "%s", j->sub->reason);
 			ROK_RETURN(cx, NULL);
 		}
@@ -763,6 +771,7 @@ static void slurm_finish(void *frame, int how, struct rt_outcome *o)
 	o->output_truncated = j->out.truncated;
 	if (j->failed) {
 		o->state = RT_FAILED;
+		o->final = j->lost;
 		snprintf(o->reason, sizeof(o->reason), "%.*s",
 		         (int)sizeof(o->reason) - 1, j->reason);
 	} else if (how == RT_SUCCEEDED) {
@@ -786,6 +795,8 @@ static void slurm_finish(void *frame, int how, struct rt_outcome *o)
 			o->state = RT_TIMED_OUT;
 		else
 			o->state = RT_FAILED;
+		/* Gone from slurmctld's view before a query saw it end. */
+		o->final = j->js.state == SLURM_GONE;
 		if (j->jobid == 0)
 			snprintf(o->reason, sizeof(o->reason), "%.*s",
 			         (int)sizeof(o->reason) - 1, j->reason);

@@ -901,7 +901,8 @@ void tasktab_running(struct rtask *r)
 }
 
 /*
- * Lock held.  A failed run with retry_failed runs left: back to queued,
+ * Lock held.  A failed run with retry_failed runs left (and an outcome
+ * known: not o->final): back to queued,
  * run + 1, not before now + backoff_ms * 2^(run - 2) (saturated, capped at
  * DURATION_MAX_MS).  Cancelled and timed-out runs are final: a cancel is
  * the client's word, and a timeout is the client's own limit, which the
@@ -913,8 +914,8 @@ static bool tasktab_requeue(struct rtask *r, const struct rt_outcome *o,
 {
 	/* Also while rokd stops: the failure was real, and the next start
 	 * runs the retry (the gate starts nothing once stopping). */
-	if (o->state != RT_FAILED || !r->gated || r->cancel_requested ||
-	    r->run > r->retry_failed)
+	if (o->state != RT_FAILED || o->final || !r->gated ||
+	    r->cancel_requested || r->run > r->retry_failed)
 		return false;
 	uint64_t ms = r->backoff_ms;
 	for (uint32_t k = 1; k < r->run && ms < DURATION_MAX_MS; k++)

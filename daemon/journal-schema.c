@@ -265,7 +265,8 @@ static int journal_schema_check(sqlite3 *db, const char *path, char *err,
 	    (rc = journal_schema_int(db, "SELECT count(*) FROM sqlite_master",
 	                             &tables)) ||
 	    (rc = journal_schema_int(db, "PRAGMA user_version", &ver))) {
-		/* journal_lock = exclusive locks the file at the first read. */
+		/* journal_lock = exclusive locks the file at the first read
+		 * (shared waits out the busy timeout first). */
 		if ((rc & 0xff) == SQLITE_BUSY) {
 			snprintf(err, len, "%s: cannot take the journal's lock: "
 			         "%s (another process uses the file); refusing "

@@ -27,7 +27,9 @@
  * after a sleep from 1 ms doubling up to 32 ms, until the journal has
  * answered its spawn (a handle, or NOT_FOUND once refused) or the
  * deadline passes.  Commits take milliseconds; a locked journal makes a
- * spawn wait up to its busy timeout, a few hundred polls at most.
+ * spawn wait up to its busy timeout, a few hundred polls at most.  A try
+ * again skips the ids found finished (or, for a join, missing) before:
+ * each may be a journal read.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -59,6 +61,10 @@ struct waiter {
 	rok_sleep_op sleep;
 	int64_t retry_ns;          /* next sleep before a lookup again */
 	int64_t retry_at;          /* the end of this one */
+	uint64_t *done;            /* bit i: ids[i] finished or an error
+	                              (join), not looked up again; owned,
+	                              or &done_small */
+	uint64_t done_small;
 	rok_task **live;           /* nlive, owned refs: the tasks running */
 	size_t *live_index;        /* nlive: live[k] is ids[live_index[k]] */
 	size_t nlive;
@@ -70,6 +76,8 @@ static void waiter_free(struct waiter *f)
 		rok_task_unref(f->live[i]);
 	free(f->ids);
 	free(f->index);
+	if (f->done != &f->done_small)
+		free(f->done);
 	free(f->live);
 	free(f->live_index);
 }
@@ -204,6 +212,10 @@ static int waiter_lookup(struct waiter *f)
 	bool unsettled = false;
 
 	for (size_t i = 0; i < f->n; i++) {
+		/* Settled at an earlier try: a finished task stays finished,
+		 * and such an id may cost a journal read. */
+		if (f->done[i / 64] & (1ull << (i % 64)))
+			continue;
 		rok_task *h = NULL;
 		int code = tasktab_lookup(f->ids[i], f->uid, &h);
 		/* Neither running nor finished: its spawn is not committed
@@ -211,6 +223,8 @@ static int waiter_lookup(struct waiter *f)
 		 * seen at the next try). */
 		if (code == 0 && h == NULL && !tasktab_finished(f->ids[i]))
 			unsettled = true;
+		else if (h == NULL)
+			f->done[i / 64] |= 1ull << (i % 64);
 		if (code != 0 && f->mode != WAIT_JOIN &&
 		    f->mode != WAIT_SPAWN) {
 			snprintf(msg, sizeof(msg), "task %llu: %s",
@@ -258,6 +272,8 @@ static rok_poll waiter_poll(rok_cx *cx, void *frame)
 	struct waiter *f = frame;
 
 	ROK_BEGIN(cx);
+	if (f->done == NULL)
+		f->done = &f->done_small;
 	f->retry_ns = 1000000;
 	for (;;) {
 		int rc = waiter_lookup(f);
@@ -390,11 +406,14 @@ int waiter_start(struct conn *c, uint64_t req_id, int mode,
 	if (timeout_ms > 0)
 		f.deadline = rok_deadline(duration_ns(timeout_ms));
 	f.ids = malloc(n * sizeof(*f.ids));
+	/* n <= 64 (almost every wait): the bits inside the frame.  The
+	 * frame is copied into the task: the pointer is set there. */
+	f.done = n > 64 ? calloc((n + 63) / 64, sizeof(*f.done)) : NULL;
 	f.live = calloc(n, sizeof(*f.live));
 	f.live_index = calloc(n, sizeof(*f.live_index));
 	if (index != NULL && (f.index = malloc(n * sizeof(*f.index))) != NULL)
 		memcpy(f.index, index, n * sizeof(*index));
-	if (f.ids == NULL || f.live == NULL ||
+	if (f.ids == NULL || (n > 64 && f.done == NULL) || f.live == NULL ||
 	    f.live_index == NULL || (index != NULL && f.index == NULL)) {
 		waiter_free(&f);
 		waiter_refuse(c, req_id, begun, ROK__V1__ERROR_CODE__INTERNAL,

@@ -298,19 +298,19 @@ static int journal_recover_queued(sqlite3 *db, uint64_t now,
 			rc = SQLITE_NOMEM;
 			break;
 		}
-		int64_t job = sqlite3_column_int64(sel, 6);
-		if (job > 0 && job <= UINT32_MAX) {
-			/* Running or still pending in Slurm (queued for rok):
-			 * its run (as the record has it) adopts it (slurm.c). */
-			slurm_note_job(id, tasktab_run(r), (uint32_t)job);
-			(*adopted)++;
-		}
 		if (why[0] != '\0') {
 			struct rt_outcome o = { .state = RT_FAILED };
 			snprintf(o.reason, sizeof(o.reason), "%s", why);
 			tasktab_finish(r, &o);
 			(*bad)++;
 			continue;
+		}
+		int64_t job = sqlite3_column_int64(sel, 6);
+		if (job > 0 && job <= UINT32_MAX) {
+			/* Running or still pending in Slurm (queued for rok):
+			 * its run (as the record has it) adopts it (slurm.c). */
+			slurm_note_job(id, tasktab_run(r), (uint32_t)job);
+			(*adopted)++;
 		}
 		q[n++] = (struct journal_recover_q){
 			.rowid = sqlite3_column_int64(sel, 8),

@@ -117,8 +117,9 @@ struct slurm_job {
 	char why[200];              /* what `waiting` shows now */
 	bool running;               /* marked running (tasktab_running) */
 	bool warned;                /* logged that slurmctld is away */
-	bool lost;                  /* its job forgotten by Slurm: failed,
-	                               with no retry (it may have run) */
+	bool lost;                  /* its job forgotten by Slurm, or not
+	                               watched: failed, with no retry (it
+	                               may have run) */
 	uid_t owner;                /* whose out and err may be read */
 	int fd[2];                  /* out, err; -1: not open yet */
 	struct exec_out out;
@@ -672,6 +673,7 @@ static rok_poll slurm_poll(rok_cx *cx, void *frame)
 	j->sub = NULL;
 	journal_slurm_job(j->id, j->jobid);
 	if ((err = slurm_watch_add(j->jobid, j->owner)) < 0) {
+		j->lost = true;   /* the job may have started before the scancel */
 		slurm_fail(j, "watching job %u: %s", j->jobid, strerror(-err));
 		slurm_scancel(j->jobid, NULL, NULL);
 		j->jobid = 0;

@@ -28,8 +28,8 @@
  * answered its spawn (a handle, or NOT_FOUND once refused) or the
  * deadline passes.  Commits take milliseconds; a locked journal makes a
  * spawn wait up to its busy timeout, a few hundred polls at most.  A try
- * again skips the ids found finished (or, for a join, missing) before:
- * each may be a journal read.
+ * again skips the ids found finished (or, for a join, missing, though
+ * handed out) before: each may be a journal read.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -210,6 +210,9 @@ static int waiter_lookup(struct waiter *f)
 {
 	char msg[96];
 	bool unsettled = false;
+	/* An id not handed out yet is missing now, and may be a task at the
+	 * next try (it costs no journal read): not marked done. */
+	uint64_t next = tasktab_next_id();
 
 	for (size_t i = 0; i < f->n; i++) {
 		/* Settled at an earlier try: a finished task stays finished,
@@ -223,7 +226,7 @@ static int waiter_lookup(struct waiter *f)
 		 * seen at the next try). */
 		if (code == 0 && h == NULL && !tasktab_finished(f->ids[i]))
 			unsettled = true;
-		else if (h == NULL)
+		else if (h == NULL && (code == 0 || f->ids[i] < next))
 			f->done[i / 64] |= 1ull << (i % 64);
 		if (code != 0 && f->mode != WAIT_JOIN &&
 		    f->mode != WAIT_SPAWN) {

@@ -210,9 +210,6 @@ static int waiter_lookup(struct waiter *f)
 {
 	char msg[96];
 	bool unsettled = false;
-	/* An id not handed out yet is missing now, and may be a task at the
-	 * next try (it costs no journal read): not marked done. */
-	uint64_t next = tasktab_next_id();
 
 	for (size_t i = 0; i < f->n; i++) {
 		/* Settled at an earlier try: a finished task stays finished,
@@ -226,7 +223,11 @@ static int waiter_lookup(struct waiter *f)
 		 * seen at the next try). */
 		if (code == 0 && h == NULL && !tasktab_finished(f->ids[i]))
 			unsettled = true;
-		else if (h == NULL && (code == 0 || f->ids[i] < next))
+		else if (h == NULL && (code == 0 ||
+		                       f->ids[i] < tasktab_next_id()))
+			/* An id not handed out yet is missing now, and may
+			 * be a task at the next try (it costs no journal
+			 * read): not marked done. */
 			f->done[i / 64] |= 1ull << (i % 64);
 		if (code != 0 && f->mode != WAIT_JOIN &&
 		    f->mode != WAIT_SPAWN) {

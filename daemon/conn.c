@@ -29,7 +29,19 @@
  * a reference for each; their replies come back through reply_post, which
  * packs the reply on the worker and hands it over with reactor_call (a queue
  * plus a wake-up, see sched/reactor.h), where it is written if the
- * connection is still open, and the reference is dropped.  Waits on
+ * connection is still open, and the reference is dropped.  The reply to a
+ * connection's only request in progress (a client waiting for its task, the
+ * latency that matters) is written by the worker itself
+ * (reply_post_direct): waking the reactor to write it cost a thread
+ * crossing on the client's path.  The worker gives the wait back to the
+ * uid and counts it answered; the reactor counts it off in_flight, with
+ * its reference, the next time it looks at the connection
+ * (conn_direct_settle), and is not woken for it.  A mutex per connection
+ * (direct_lock) orders the worker's write with the reactor's: the reactor
+ * opens the way (conn_direct_open) only when nothing is queued before the
+ * reply and nothing else can come before it, and shuts it
+ * (conn_direct_shut) before it writes or closes the socket itself, or
+ * counts a new wait.  Waits on
  * tasks (waiter.c) are cancelled when their connection closes, so a client
  * that left holds nothing until its tasks end; the wait of a plain spawn
  * --wait, which its task answers (conn_answer_new), is given back at the
@@ -46,6 +58,7 @@
  * under max_output.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -102,6 +115,28 @@ struct conn {
 	                             when the array is full) */
 	size_t nanswers, capanswers;
 	struct conn *prev, *next; /* on conns.head, later conns.freeing */
+	int fd;                   /* the socket, for reply_post_direct */
+	/* A worker's own write of a reply (reply_post_direct): */
+	pthread_mutex_t direct_lock;
+	_Atomic int direct;       /* CONN_DIRECT_*: changed under
+	                             direct_lock, but for the reactor's
+	                             SHUT to OPEN */
+	const uint8_t *tail;      /* under direct_lock: what the socket did
+	                             not take of a direct reply, in its
+	                             delivery's frame (reply_deliver frees it
+	                             once this is written or dropped) */
+	size_t tail_len;
+	_Atomic unsigned answered; /* waits a worker answered whole (and
+	                             gave back to the uid's quota), still in
+	                             in_flight and refs: conn_direct_settle */
+};
+
+/* Who may write to a connection's socket (see reply_post_direct). */
+enum {
+	CONN_DIRECT_SHUT,         /* the reactor alone */
+	CONN_DIRECT_OPEN,         /* a worker's reply, under direct_lock */
+	CONN_DIRECT_TAIL,         /* the reactor, after the tail (NULL: it
+	                             was lost, the stream is broken) */
 };
 
 static struct {
@@ -183,6 +218,16 @@ static void conn_unlink(struct conn **head, struct conn *c)
 		c->next->prev = c->prev;
 }
 
+static void conn_free(struct conn *c)
+{
+	/* A worker that answered c's last wait counts it (answered) before
+	 * it lets go of the lock: wait for it to be done with c. */
+	pthread_mutex_lock(&c->direct_lock);
+	pthread_mutex_unlock(&c->direct_lock);
+	pthread_mutex_destroy(&c->direct_lock);
+	free(c);
+}
+
 static void conn_free_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn *c = arg;
@@ -190,7 +235,7 @@ static void conn_free_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	conn_unlink(&conns.freeing, c);
-	free(c);
+	conn_free(c);
 }
 
 void conn_unref(struct conn *c)
@@ -227,7 +272,7 @@ void conn_free_leftovers(void)
 		while (*lists[i] != NULL) {
 			struct conn *c = *lists[i];
 			*lists[i] = c->next;
-			free(c);
+			conn_free(c);
 		}
 }
 
@@ -442,11 +487,87 @@ static void conn_answers_give_back(struct conn *c)
 	c->nanswers = c->capanswers = 0;
 }
 
+static void conn_close(struct conn *c, const char *why);
+
+/*
+ * Reactor thread, before it writes to c's socket or closes it: from now
+ * on no worker writes to it, and what a worker's reply left unsent goes
+ * out first.  A lost tail breaks the stream: c is closed.  No worker waits
+ * for the lock meanwhile: none writes unless the way is open.
+ */
+static void conn_direct_shut(struct conn *c)
+{
+	/* Acquire: a worker's write and counts happen before ours (its
+	 * release). */
+	if (atomic_load_explicit(&c->direct, memory_order_acquire) ==
+	    CONN_DIRECT_SHUT)
+		return;
+	pthread_mutex_lock(&c->direct_lock);
+	bool lost = false;
+	if (atomic_load_explicit(&c->direct, memory_order_relaxed) ==
+	    CONN_DIRECT_TAIL) {
+		/* Copied under the lock: the tail lives in a delivery its
+		 * worker frees if it cannot hand it over. */
+		lost = c->tail == NULL ||
+		       (!c->dead && evbuffer_add(bufferevent_get_output(c->bev),
+		                                 c->tail, c->tail_len) != 0);
+		c->tail = NULL;
+		c->tail_len = 0;
+	}
+	atomic_store_explicit(&c->direct, CONN_DIRECT_SHUT,
+	                      memory_order_relaxed);
+	pthread_mutex_unlock(&c->direct_lock);
+	if (lost)
+		conn_close(c, "out of memory for a reply");
+}
+
+/*
+ * Reactor thread: counts off the waits that workers answered whole
+ * themselves (reply_write), with their references, here rather than in a
+ * reactor_call each: the reactor is not woken for them.  c stays
+ * referenced by the conn's own reference (or the caller's).
+ */
+static void conn_direct_settle(struct conn *c)
+{
+	/* Relaxed: a count; what a worker did to c before its increment
+	 * is ordered by direct_lock or conn_direct_shut's acquire.  Read
+	 * first: the exchange is a locked instruction. */
+	if (atomic_load_explicit(&c->answered, memory_order_relaxed) == 0)
+		return;
+	unsigned k = atomic_exchange_explicit(&c->answered, 0,
+	                                      memory_order_relaxed);
+	c->in_flight -= k;
+	c->refs -= (int)k;   /* the conn's own, or the caller's, is left */
+}
+
+/*
+ * Reactor thread: lets a worker write the reply to c's only request in
+ * progress itself, when nothing is queued before it and nothing else can
+ * come: no stream, no spawn waiting for the journal.
+ */
+static void conn_direct_open(struct conn *c)
+{
+	conn_direct_settle(c);
+	if (c->dead || c->draining || c->held > 0 || c->in_flight != 1 ||
+	    c->streams != NULL ||
+	    evbuffer_get_length(bufferevent_get_output(c->bev)) > 0 ||
+	    atomic_load_explicit(&c->direct, memory_order_relaxed) !=
+	            CONN_DIRECT_SHUT)
+		return;
+	/* No lock: a worker writes only once it sees OPEN, under the lock,
+	 * and the tail is NULL in SHUT.  Release: what this thread wrote
+	 * before goes out before a worker's reply (its acquire). */
+	atomic_store_explicit(&c->direct, CONN_DIRECT_OPEN,
+	                      memory_order_release);
+}
+
 static void conn_close(struct conn *c, const char *why)
 {
 	if (c->dead)
 		return;
 	c->dead = true;
+	conn_direct_shut(c);        /* before the socket is closed */
+	conn_direct_settle(c);
 	if (why != NULL)
 		log_debug("connection %llu (uid %u): closed: %s",
 		          (unsigned long long)c->serial, (unsigned)c->uid, why);
@@ -570,6 +691,17 @@ void conn_accept(int fd)
 		free(c);
 		return;
 	}
+	if (pthread_mutex_init(&c->direct_lock, NULL) != 0) {
+		log_warnx("pthread_mutex_init failed");
+		if (!refused)
+			quota_give(cred.uid, QUOTA_CONNECTIONS);
+		bufferevent_free(c->bev);   /* closes fd */
+		free(c);
+		return;
+	}
+	c->fd = fd;
+	atomic_init(&c->direct, CONN_DIRECT_SHUT);
+	atomic_init(&c->answered, 0);
 	c->refs = 1;
 	c->refused = refused;
 	if (refused)
@@ -720,6 +852,7 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
 		/* Handlers only borrow the request: all of it goes at once. */
 		arena_release(&conn_arena.a, mark);
 	}
+	conn_direct_open(c);
 	conn_unref(c);
 }
 
@@ -739,6 +872,7 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
 	}
 	if (!c->dead)
 		conn_maybe_finish(c);
+	conn_direct_open(c);
 	conn_unref(c);
 }
 
@@ -768,6 +902,10 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
  */
 static void conn_queue(struct conn *c, const uint8_t *frame, size_t len)
 {
+	conn_direct_shut(c);
+	if (c->dead)
+		return;
+	conn_direct_settle(c);   /* for in_flight below */
 	struct evbuffer *out = bufferevent_get_output(c->bev);
 
 	if (!c->draining && c->in_flight + c->held <= 1 &&
@@ -881,6 +1019,13 @@ void conn_send_error(struct conn *c, uint64_t id, ErrorCode code,
 
 bool conn_begin_wait(struct conn *c, uint64_t id)
 {
+	/* A worker that wrote a reply itself may not be counted off yet,
+	 * though its client read the reply and asks again: once the way is
+	 * shut it is (it counts before it lets go). */
+	conn_direct_shut(c);
+	if (c->dead)
+		return false;   /* its tail was lost: nobody to answer */
+	conn_direct_settle(c);
 	if (c->in_flight >= config.max_in_flight) {
 		conn_send_error(c, id, ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED,
 		                "too many requests in flight (limit %u)",
@@ -904,6 +1049,7 @@ void conn_end_wait(struct conn *c)
 	quota_give(c->uid, QUOTA_WAITS);
 	c->in_flight--;
 	conn_maybe_finish(c);
+	conn_direct_open(c);
 	conn_unref(c);
 }
 
@@ -975,6 +1121,7 @@ void conn_release(struct conn *c)
 {
 	c->held--;
 	conn_maybe_finish(c);
+	conn_direct_open(c);
 	conn_unref(c);
 }
 
@@ -983,6 +1130,9 @@ struct delivery {
 	size_t len;
 	uint8_t *frame;         /* after it, in the same allocation; NULL:
 	                           there was no memory for it */
+	bool sent;              /* written in part by reply_post_direct:
+	                           the rest is c's tail */
+	bool given;             /* the wait given back to the uid */
 };
 
 static void reply_deliver(void *arg)
@@ -990,20 +1140,34 @@ static void reply_deliver(void *arg)
 	struct delivery *d = arg;
 	struct conn *c = d->conn;
 
-	if (!c->dead) {
-		if (d->frame != NULL)
-			conn_queue(c, d->frame, d->len);
-		else
-			conn_close(c, "out of memory for a reply");
-	}
-	quota_give(c->uid, QUOTA_WAITS);
+	if (d->sent)
+		conn_direct_shut(c);   /* its tail: then d may go */
+	else if (!c->dead && d->frame != NULL)
+		conn_queue(c, d->frame, d->len);
+	else if (!c->dead)
+		conn_close(c, "out of memory for a reply");
+	if (!d->given)
+		quota_give(c->uid, QUOTA_WAITS);
 	c->in_flight--;
 	conn_maybe_finish(c);
+	conn_direct_open(c);
 	conn_unref(c);
 	free(d);
 }
 
-void reply_post(struct conn *c, const Response *resp)
+/* Hands d to the reactor thread (reply_deliver). */
+static void reply_hand_over(struct delivery *d)
+{
+	int err = reactor_call(reply_deliver, d);
+	if (err < 0) {
+		if (err != -ESHUTDOWN)   /* at stop: the client is gone anyway */
+			log_errno(err, "could not hand a reply to the reactor");
+		free(d);
+	}
+}
+
+/* The delivery of resp to c, packed; NULL (said) without memory. */
+static struct delivery *reply_pack(struct conn *c, const Response *resp)
 {
 	Response too_big;
 	Rok__V1__Error e;
@@ -1022,13 +1186,103 @@ void reply_post(struct conn *c, const Response *resp)
 		/* Rare enough to tolerate: the client's wait goes unanswered
 		 * and the connection reference is lost. */
 		log_warnx("out of memory for a reply; one client waits forever");
-		return;
+		return NULL;
 	}
 	d->conn = c;
+	d->sent = false;
+	d->given = false;
+	return d;
+}
+
+void reply_post(struct conn *c, const Response *resp)
+{
+	struct delivery *d = reply_pack(c, resp);
+
+	if (d != NULL)
+		reply_hand_over(d);
+}
+
+/* What reply_write did with a frame. */
+enum reply_written {
+	REPLY_NOT,         /* nothing: the reactor writes it, as any reply */
+	REPLY_WHOLE,       /* all: the wait is answered (c->answered) */
+	REPLY_PART,        /* some: the rest is c's tail, in the frame */
+};
+
+/*
+ * Writes the frame itself if c lets workers (conn_direct_open).  All of
+ * it: the wait is counted answered, for conn_direct_settle, with its
+ * reference: the caller must not touch c any more.
+ */
+static enum reply_written reply_write(struct conn *c, const uint8_t *frame,
+                                      size_t len)
+{
+	enum reply_written w = REPLY_NOT;
+
+	pthread_mutex_lock(&c->direct_lock);
+	/* Acquire: pairs with conn_direct_open's release. */
+	if (atomic_load_explicit(&c->direct, memory_order_acquire) ==
+	    CONN_DIRECT_OPEN) {
+		ssize_t n = send(c->fd, frame, len, MSG_DONTWAIT |
+		                 MSG_NOSIGNAL);
+		int state = CONN_DIRECT_SHUT;
+		if (n > 0 && (size_t)n == len) {
+			/* Counted before the way is shut again: the client
+			 * may ask again at once (conn_begin_wait). */
+			atomic_fetch_add_explicit(&c->answered, 1,
+			                          memory_order_relaxed);
+			w = REPLY_WHOLE;
+		} else if (n > 0) {
+			/* A frame larger than the socket's buffer has room
+			 * for: the reactor sends the rest before anything
+			 * else. */
+			state = CONN_DIRECT_TAIL;
+			c->tail = frame + n;
+			c->tail_len = len - (size_t)n;
+			w = REPLY_PART;
+		}
+		/* Release: the counts above before the reactor's acquire. */
+		atomic_store_explicit(&c->direct, state, memory_order_release);
+	}
+	pthread_mutex_unlock(&c->direct_lock);
+	return w;
+}
+
+void reply_post_direct(struct conn *c, const Response *resp)
+{
+	struct delivery *d = reply_pack(c, resp);
+
+	if (d == NULL)
+		return;
+	/* A hint, checked again under the lock: a pipelining client's
+	 * replies do not take it. */
+	if (d->frame == NULL ||
+	    atomic_load_explicit(&c->direct, memory_order_relaxed) !=
+	    CONN_DIRECT_OPEN) {
+		reply_hand_over(d);
+		return;
+	}
+	/* Before the client can read the reply: it may ask again at once,
+	 * on another connection too.  If the reply is not written after
+	 * all, the uid counts one wait less for that long. */
+	quota_give(c->uid, QUOTA_WAITS);
+	d->given = true;
+	enum reply_written w = reply_write(c, d->frame, d->len);
+	if (w == REPLY_WHOLE) {
+		free(d);
+		return;
+	}
+	d->sent = w == REPLY_PART;
 	int err = reactor_call(reply_deliver, d);
 	if (err < 0) {
-		if (err != -ESHUTDOWN)   /* at stop: the client is gone anyway */
+		if (err != -ESHUTDOWN)
 			log_errno(err, "could not hand a reply to the reactor");
+		if (d->sent) {
+			/* The tail goes with d: the stream is broken. */
+			pthread_mutex_lock(&c->direct_lock);
+			c->tail = NULL;
+			pthread_mutex_unlock(&c->direct_lock);
+		}
 		free(d);
 	}
 }
@@ -1048,6 +1302,10 @@ void conn_shutdown(void)
 	conns.shutting_down = true;
 	for (struct conn *c = conns.head, *next; c != NULL; c = next) {
 		next = c->next;
+		conn_direct_shut(c);
+		if (c->dead)
+			continue;
+		conn_direct_settle(c);
 		c->draining = true;
 		bufferevent_disable(c->bev, EV_READ);
 		conn_streams_end(c);   /* those that would never end */

@@ -787,6 +787,12 @@ void conn_answer_unref(struct conn_answer *a);
 void reply_post(struct conn *c, const Response *resp);
 void reply_post_error(struct conn *c, uint64_t id, ErrorCode code,
                       const char *msg);
+/* reply_post, written at once by the caller when the request is its
+ * connection's only one in progress and nothing is queued before it (the
+ * reactor's wake-up is off the client's path).  Only for a reply that need
+ * not follow anything the caller handed the reactor for this connection
+ * (a stream's chunks would be overtaken). */
+void reply_post_direct(struct conn *c, const Response *resp);
 
 /*
  * Reactor thread: runs fn(arg) on the blocking pool, for a request whose

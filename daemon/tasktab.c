@@ -752,7 +752,7 @@ void tasktab_reply(uint64_t id, struct conn_answer *reply)
 	resp.id = conn_answer_req_id(reply);
 	resp.body_case = ROK__V1__RESPONSE__BODY_SPAWN;
 	resp.spawn = &sr;
-	reply_post(c, &resp);
+	reply_post_direct(c, &resp);
 	tasktab_info_free(&info);
 	conn_answer_unref(reply);
 }

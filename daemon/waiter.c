@@ -116,7 +116,7 @@ static void waiter_reply_join(struct waiter *f)
 		resp.body_case = ROK__V1__RESPONSE__BODY_JOIN;
 		resp.join = &jr;
 	}
-	reply_post(f->conn, &resp);
+	reply_post_direct(f->conn, &resp);
 	tasktab_infos_free(ptrs, f->n);
 }
 
@@ -143,7 +143,7 @@ static void waiter_reply_race(struct waiter *f)
 		resp.body_case = ROK__V1__RESPONSE__BODY_RACE;
 		resp.race = &rr;
 	}
-	reply_post(f->conn, &resp);
+	reply_post_direct(f->conn, &resp);
 	tasktab_info_free(&info);
 }
 

@@ -2759,6 +2759,149 @@ START_TEST(watch_own_tasks_only)
 }
 END_TEST
 
+/* Sends a ping as request req_id (its reply comes later). */
+static void rc_ping_req(int fd, uint64_t req_id)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__PingRequest p = ROK__V1__PING_REQUEST__INIT;
+
+	p.payload = bin("hi");
+	req.id = req_id;
+	req.body_case = ROK__V1__REQUEST__BODY_PING;
+	req.ping = &p;
+	rc_send(fd, &req);
+}
+
+/* spawn --wait of noop on fd, as request req_id: its reply must be a
+ * success (not a refusal). */
+static void rc_spawn_wait_ok(int fd, uint64_t req_id)
+{
+	rc_spawn_req(fd, req_id, "noop", NULL, true, 0);
+	Response *r = rc_recv(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_uint_eq(r->id, req_id);
+	ck_assert_msg(r->error == NULL, "spawn --wait refused: %.*s",
+	              r->error ? (int)r->error->message.len : 0,
+	              r->error ? (char *)r->error->message.data : "");
+	rok__v1__response__free_unpacked(r, NULL);
+}
+
+/*
+ * The reply to a connection's only wait is written by the worker that ends
+ * it (reply_post_direct), while the reactor answers the pings sent behind
+ * it: every frame must come whole, each request answered once.  With one
+ * wait allowed per connection and per user, a wait asked for as soon as
+ * the last reply is read, on the same connection or another, is not
+ * refused: the worker's write counted it answered.  Then clients that
+ * leave before or right after their reply: the daemon goes on.
+ */
+START_TEST(direct_replies)
+{
+	enum { ROUNDS = 200, PINGS = 8 };
+
+	rokd_start("max_in_flight = 1\nmax_waits_per_user = 1");
+	int fd = rc_hello();
+	for (int round = 0; round < ROUNDS; round++) {
+		uint64_t wait_id = 1000;
+		if (round % 2 == 0) {
+			rc_spawn_req(fd, wait_id, "sleep", "1ms", true, 0);
+		} else {
+			uint64_t id = rc_spawn(fd, "sleep", "1ms");
+			rc_join_req(fd, wait_id, &id);
+		}
+		for (uint64_t i = 0; i < PINGS; i++)
+			rc_ping_req(fd, 2000 + i);
+		bool seen[PINGS + 1] = { false };
+		for (int i = 0; i < PINGS + 1; i++) {
+			Response *r = rc_recv(fd);
+			ck_assert_ptr_nonnull(r);
+			ck_assert_ptr_null(r->error);
+			size_t k;
+			if (r->id == wait_id) {
+				k = PINGS;
+				const Rok__V1__TaskInfo *t = round % 2 == 0
+				        ? r->spawn->task : r->join->tasks[0];
+				ck_assert_int_eq(t->state,
+				        ROK__V1__TASK_STATE__TASK_SUCCEEDED);
+			} else {
+				ck_assert_uint_ge(r->id, 2000);
+				ck_assert_uint_lt(r->id, 2000 + PINGS);
+				ck_assert_int_eq(r->body_case,
+				                 ROK__V1__RESPONSE__BODY_PING);
+				k = r->id - 2000;
+			}
+			ck_assert_msg(!seen[k], "request %llu answered twice",
+			              (unsigned long long)r->id);
+			seen[k] = true;
+			rok__v1__response__free_unpacked(r, NULL);
+		}
+	}
+	/* A reply larger than the socket takes at once: the reactor writes
+	 * the rest, before the reply to a ping sent once the first bytes
+	 * came. */
+	enum { BIG = 4, VALUE = 100 << 10 };
+	char *value = malloc(VALUE + 1);
+	ck_assert_ptr_nonnull(value);
+	uint64_t ids[BIG];
+	for (int i = 0; i < BIG; i++) {
+		memset(value, 'a' + i, VALUE);
+		value[VALUE] = '\0';
+		rc_spawn_req(fd, 30, "echo", value, true, 0);
+		Response *r = rc_recv(fd);
+		ck_assert_ptr_null(r->error);
+		ids[i] = r->spawn->task->id;
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+	free(value);
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
+	j.ids = ids;
+	j.n_ids = BIG;
+	req.id = 31;
+	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
+	req.join = &j;
+	rc_send(fd, &req);
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	ck_assert_int_eq(poll(&pfd, 1, test_timeout(10) * 1000), 1);
+	rc_ping_req(fd, 32);
+	Response *r = rc_recv(fd);
+	ck_assert_uint_eq(r->id, 31);
+	ck_assert_msg(r->error == NULL, "join: %.*s",
+	              r->error ? (int)r->error->message.len : 0,
+	              r->error ? (char *)r->error->message.data : "");
+	ck_assert_uint_eq(r->join->n_tasks, BIG);
+	for (int i = 0; i < BIG; i++) {
+		const ProtobufCBinaryData *v = &r->join->tasks[i]->value;
+		ck_assert_uint_eq(v->len, VALUE);
+		ck_assert(v->data[0] == 'a' + i && v->data[VALUE - 1] == 'a' + i);
+	}
+	rok__v1__response__free_unpacked(r, NULL);
+	r = rc_recv(fd);
+	ck_assert_uint_eq(r->id, 32);
+	rok__v1__response__free_unpacked(r, NULL);
+	int other = rc_hello();
+	for (int i = 0; i < ROUNDS; i++)
+		rc_spawn_wait_ok(i % 2 ? other : fd, 40 + (uint64_t)i);
+	close(other);
+	close(fd);
+	rokd_stop();
+
+	rokd_start(NULL);
+	for (int i = 0; i < ROUNDS; i++) {
+		int gone = rc_hello();
+		if (i % 2)
+			rc_spawn_wait_ok(gone, 5);   /* then leaves at once */
+		else
+			rc_spawn_req(gone, 5, "sleep", "1ms", true, 0);
+		close(gone);
+	}
+	fd = rc_hello();
+	rc_ping_ok(fd);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
 static Suite *rokd_suite(void)
 {
 	const struct test_case cases[] = {
@@ -2794,6 +2937,7 @@ static Suite *rokd_suite(void)
 		{ "task_bytes_quota", task_bytes_quota },
 		{ "per_user_retention", per_user_retention },
 		{ "long_chain", long_chain },
+		{ "direct_replies", direct_replies },
 	};
 
 	return TEST_SUITE("rokd", cases, 60);

@@ -316,7 +316,9 @@ static uint64_t rc_spawn(int fd, const char *kind, const char *arg)
 	return id;
 }
 
-static Response *rc_join(int fd, uint64_t *ids, size_t n, uint64_t timeout_ms)
+/* Sends a join of the n tasks in ids as request req_id. */
+static void rc_join_send(int fd, uint64_t req_id, uint64_t *ids, size_t n,
+                         uint64_t timeout_ms)
 {
 	Request req = ROK__V1__REQUEST__INIT;
 	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
@@ -324,25 +326,22 @@ static Response *rc_join(int fd, uint64_t *ids, size_t n, uint64_t timeout_ms)
 	j.ids = ids;
 	j.n_ids = n;
 	j.timeout_ms = timeout_ms;
-	req.id = 9;
+	req.id = req_id;
 	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
 	req.join = &j;
 	rc_send(fd, &req);
+}
+
+static Response *rc_join(int fd, uint64_t *ids, size_t n, uint64_t timeout_ms)
+{
+	rc_join_send(fd, 9, ids, n, timeout_ms);
 	return rc_recv(fd);
 }
 
 /* Sends a join of one task as request req_id (its reply comes later). */
 static void rc_join_req(int fd, uint64_t req_id, uint64_t *id)
 {
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
-
-	j.ids = id;
-	j.n_ids = 1;
-	req.id = req_id;
-	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
-	req.join = &j;
-	rc_send(fd, &req);
+	rc_join_send(fd, req_id, id, 1, 0);
 }
 
 static void rc_logs_req(int fd, uint64_t req_id, uint64_t task, bool follow)
@@ -2853,14 +2852,7 @@ START_TEST(direct_replies)
 		rok__v1__response__free_unpacked(r, NULL);
 	}
 	free(value);
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__JoinRequest j = ROK__V1__JOIN_REQUEST__INIT;
-	j.ids = ids;
-	j.n_ids = BIG;
-	req.id = 31;
-	req.body_case = ROK__V1__REQUEST__BODY_JOIN;
-	req.join = &j;
-	rc_send(fd, &req);
+	rc_join_send(fd, 31, ids, BIG, 0);
 	struct pollfd pfd = { .fd = fd, .events = POLLIN };
 	ck_assert_int_eq(poll(&pfd, 1, test_timeout(10) * 1000), 1);
 	rc_ping_req(fd, 32);

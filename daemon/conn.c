@@ -139,6 +139,8 @@ enum {
 	                             was lost, the stream is broken) */
 };
 
+static void conn_direct_shut(struct conn *c);
+
 static struct {
 	struct conn *head;
 	_Atomic unsigned count;   /* read by the main thread at shutdown */
@@ -287,6 +289,12 @@ bool conn_stream_room(const struct conn *c)
 bool conn_stream_add(struct conn *c, struct conn_stream *s,
                      const struct conn_stream_ops *ops, uint64_t req_id)
 {
+	conn_direct_shut(c);   /* its frames are the reactor's */
+	if (c->dead) {
+		reply_post_error(c, req_id, ROK__V1__ERROR_CODE__UNAVAILABLE,
+		                 "connection closed");
+		return false;
+	}
 	if (!quota_take(c->uid, QUOTA_FOLLOWERS)) {
 		char msg[160];
 		quota_explain(c->uid, QUOTA_FOLLOWERS, msg, sizeof(msg));
@@ -543,7 +551,10 @@ static void conn_direct_settle(struct conn *c)
 /*
  * Reactor thread: lets a worker write the reply to c's only request in
  * progress itself, when nothing is queued before it and nothing else can
- * come: no stream, no spawn waiting for the journal.
+ * come: no stream, no spawn waiting for the journal.  OPEN is a
+ * permission, not a count (a worker may have answered that request since
+ * the settle above): only the worker of a counted wait writes, and every
+ * new wait, hold, stream and write of the reactor shuts the way first.
  */
 static void conn_direct_open(struct conn *c)
 {
@@ -1113,6 +1124,7 @@ int conn_offload(struct conn *c, uint64_t req_id, void *(*fn)(void *),
 
 void conn_hold(struct conn *c)
 {
+	conn_direct_shut(c);   /* its answer is the reactor's */
 	c->held++;
 	conn_ref(c);
 }
@@ -1126,6 +1138,8 @@ void conn_release(struct conn *c)
 }
 
 struct delivery {
+	struct reactor_call call; /* no allocation that could fail once
+	                           a reply is written in part */
 	struct conn *conn;
 	size_t len;
 	uint8_t *frame;         /* after it, in the same allocation; NULL:
@@ -1155,15 +1169,17 @@ static void reply_deliver(void *arg)
 	free(d);
 }
 
-/* Hands d to the reactor thread (reply_deliver). */
-static void reply_hand_over(struct delivery *d)
+/* Hands d to the reactor thread (reply_deliver); false (said) if it
+ * could not, and d is still the caller's. */
+static bool reply_hand_over(struct delivery *d)
 {
-	int err = reactor_call(reply_deliver, d);
+	int err = reactor_call_in(&d->call, reply_deliver, d);
 	if (err < 0) {
 		if (err != -ESHUTDOWN)   /* at stop: the client is gone anyway */
 			log_errno(err, "could not hand a reply to the reactor");
-		free(d);
+		return false;
 	}
+	return true;
 }
 
 /* The delivery of resp to c, packed; NULL (said) without memory. */
@@ -1198,8 +1214,8 @@ void reply_post(struct conn *c, const Response *resp)
 {
 	struct delivery *d = reply_pack(c, resp);
 
-	if (d != NULL)
-		reply_hand_over(d);
+	if (d != NULL && !reply_hand_over(d))
+		free(d);
 }
 
 /* What reply_write did with a frame. */
@@ -1259,7 +1275,8 @@ void reply_post_direct(struct conn *c, const Response *resp)
 	if (d->frame == NULL ||
 	    atomic_load_explicit(&c->direct, memory_order_relaxed) !=
 	    CONN_DIRECT_OPEN) {
-		reply_hand_over(d);
+		if (!reply_hand_over(d))
+			free(d);
 		return;
 	}
 	/* Before the client can read the reply: it may ask again at once,
@@ -1273,18 +1290,16 @@ void reply_post_direct(struct conn *c, const Response *resp)
 		return;
 	}
 	d->sent = w == REPLY_PART;
-	int err = reactor_call(reply_deliver, d);
-	if (err < 0) {
-		if (err != -ESHUTDOWN)
-			log_errno(err, "could not hand a reply to the reactor");
-		if (d->sent) {
-			/* The tail goes with d: the stream is broken. */
-			pthread_mutex_lock(&c->direct_lock);
-			c->tail = NULL;
-			pthread_mutex_unlock(&c->direct_lock);
-		}
-		free(d);
+	if (reply_hand_over(d))
+		return;
+	if (d->sent) {
+		/* Only at rokd's stop.  The tail goes with d: the stream is
+		 * broken, and closed at the reactor's next look. */
+		pthread_mutex_lock(&c->direct_lock);
+		c->tail = NULL;
+		pthread_mutex_unlock(&c->direct_lock);
 	}
+	free(d);
 }
 
 void reply_post_error(struct conn *c, uint64_t id, ErrorCode code,

@@ -728,8 +728,8 @@ struct conn_stream {
 };
 /* Adds s to c's streams, holding one of its uid's QUOTA_FOLLOWERS
  * (max_followers_per_user) until conn_stream_remove; false when that cap
- * is reached: then req_id is answered (reply_post_error, which ends its
- * wait) and s is not added. */
+ * is reached (or c is closed): then req_id is answered (reply_post_error,
+ * which ends its wait) and s is not added. */
 bool conn_stream_add(struct conn *c, struct conn_stream *s,
                      const struct conn_stream_ops *ops, uint64_t req_id);
 void conn_stream_remove(struct conn_stream *s);

@@ -203,6 +203,15 @@ static Response *rc_recv(int fd)
 	return r;
 }
 
+/* Fails, with the daemon's message, unless r is a reply without error. */
+static void rc_assert_ok(const Response *r, const char *what)
+{
+	ck_assert_ptr_nonnull(r);
+	ck_assert_msg(r->error == NULL, "%s: %.*s", what,
+	              r->error ? (int)r->error->message.len : 0,
+	              r->error ? (char *)r->error->message.data : "");
+}
+
 static bool rc_closed(int fd)
 {
 	uint8_t b;
@@ -306,10 +315,7 @@ static uint64_t rc_spawn(int fd, const char *kind, const char *arg)
 {
 	rc_spawn_req(fd, 7, kind, arg, false, 0);
 	Response *r = rc_recv(fd);
-	ck_assert_ptr_nonnull(r);
-	ck_assert_msg(r->error == NULL, "spawn failed: %.*s",
-	              r->error ? (int)r->error->message.len : 0,
-	              r->error ? (char *)r->error->message.data : "");
+	rc_assert_ok(r, "spawn failed");
 	ck_assert_uint_eq(r->id, 7);
 	uint64_t id = r->spawn->id;
 	rok__v1__response__free_unpacked(r, NULL);
@@ -371,16 +377,22 @@ static void rc_cancel_req(int fd, uint64_t req_id, uint64_t *ids, size_t n)
 	rc_send(fd, &req);
 }
 
-static void rc_ping_ok(int fd)
+/* Sends a ping as request req_id (its reply comes later). */
+static void rc_ping_req(int fd, uint64_t req_id)
 {
 	Request req = ROK__V1__REQUEST__INIT;
 	Rok__V1__PingRequest p = ROK__V1__PING_REQUEST__INIT;
 
 	p.payload = bin("hi");
-	req.id = 99;
+	req.id = req_id;
 	req.body_case = ROK__V1__REQUEST__BODY_PING;
 	req.ping = &p;
 	rc_send(fd, &req);
+}
+
+static void rc_ping_ok(int fd)
+{
+	rc_ping_req(fd, 99);
 	Response *r = rc_recv(fd);
 	ck_assert_ptr_nonnull(r);
 	ck_assert_uint_eq(r->id, 99);
@@ -530,9 +542,7 @@ static void rc_select_echo_wins(int fd)
 	b.n_args = 1;
 	rc_select(fd, 41, specs, 2, 0);
 	Response *r = rc_recv(fd);
-	ck_assert_msg(r->error == NULL, "select failed: %.*s",
-	              r->error ? (int)r->error->message.len : 0,
-	              r->error ? (char *)r->error->message.data : "");
+	rc_assert_ok(r, "select failed");
 	ck_assert_uint_eq(r->select->index, 1);
 	ck_assert_uint_eq(r->select->n_ids, 2);
 	ck_assert_int_eq(memcmp(r->select->winner->value.data, "won", 3), 0);
@@ -1027,10 +1037,7 @@ START_TEST(amplification)
 		req.list = &l;
 		rc_send(fd, &req);
 		r = rc_recv(fd);
-		ck_assert_ptr_nonnull(r);
-		ck_assert_msg(r->error == NULL, "list: %.*s",
-		              r->error ? (int)r->error->message.len : 0,
-		              r->error ? (char *)r->error->message.data : "");
+		rc_assert_ok(r, "list");
 		ck_assert_uint_gt(r->list->n_tasks, 0);
 		seen += r->list->n_tasks;
 		after = r->list->tasks[r->list->n_tasks - 1]->id;
@@ -2292,10 +2299,7 @@ static Response *rc_watch_next(int fd, uint64_t req_id)
 {
 	Response *r = rc_recv(fd);
 
-	ck_assert_ptr_nonnull(r);
-	ck_assert_msg(r->error == NULL, "watch failed: %.*s",
-	              r->error ? (int)r->error->message.len : 0,
-	              r->error ? (char *)r->error->message.data : "");
+	rc_assert_ok(r, "watch failed");
 	ck_assert_uint_eq(r->id, req_id);
 	ck_assert_int_eq(r->body_case, ROK__V1__RESPONSE__BODY_WATCH);
 	return r;
@@ -2758,30 +2762,14 @@ START_TEST(watch_own_tasks_only)
 }
 END_TEST
 
-/* Sends a ping as request req_id (its reply comes later). */
-static void rc_ping_req(int fd, uint64_t req_id)
-{
-	Request req = ROK__V1__REQUEST__INIT;
-	Rok__V1__PingRequest p = ROK__V1__PING_REQUEST__INIT;
-
-	p.payload = bin("hi");
-	req.id = req_id;
-	req.body_case = ROK__V1__REQUEST__BODY_PING;
-	req.ping = &p;
-	rc_send(fd, &req);
-}
-
 /* spawn --wait of noop on fd, as request req_id: its reply must be a
  * success (not a refusal). */
 static void rc_spawn_wait_ok(int fd, uint64_t req_id)
 {
 	rc_spawn_req(fd, req_id, "noop", NULL, true, 0);
 	Response *r = rc_recv(fd);
-	ck_assert_ptr_nonnull(r);
+	rc_assert_ok(r, "spawn --wait refused");
 	ck_assert_uint_eq(r->id, req_id);
-	ck_assert_msg(r->error == NULL, "spawn --wait refused: %.*s",
-	              r->error ? (int)r->error->message.len : 0,
-	              r->error ? (char *)r->error->message.data : "");
 	rok__v1__response__free_unpacked(r, NULL);
 }
 
@@ -2858,9 +2846,7 @@ START_TEST(direct_replies)
 	rc_ping_req(fd, 32);
 	Response *r = rc_recv(fd);
 	ck_assert_uint_eq(r->id, 31);
-	ck_assert_msg(r->error == NULL, "join: %.*s",
-	              r->error ? (int)r->error->message.len : 0,
-	              r->error ? (char *)r->error->message.data : "");
+	rc_assert_ok(r, "join");
 	ck_assert_uint_eq(r->join->n_tasks, BIG);
 	for (int i = 0; i < BIG; i++) {
 		const ProtobufCBinaryData *v = &r->join->tasks[i]->value;

@@ -273,7 +273,8 @@ static void logs_begin(struct conn *c, uint64_t req_id, uint64_t task_id,
 		goto fail;
 	}
 	if (!conn_stream_add(c, &f->stream, &logs_ops, req_id))
-		goto fail;   /* answered: its uid has streams enough */
+		goto fail;   /* answered: its uid has streams enough, or
+		                c closed meanwhile */
 	if (events_subscribe(logs_event_cb, LOGS_EVENTS) < 0) {
 		conn_stream_remove(&f->stream);
 		reply_post_error(c, req_id, ROK__V1__ERROR_CODE__INTERNAL,

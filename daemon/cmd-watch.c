@@ -483,16 +483,10 @@ static void watch_start(struct watcher *w)
 {
 	struct conn *c = w->conn;
 
-	if (conn_closed(c)) {
-		/* Closed while the pool read: its streams were told already,
-		 * so w never becomes one; only the wait ends. */
-		reply_post_error(c, w->req_id, ROK__V1__ERROR_CODE__UNAVAILABLE,
-		                 "connection closed");
-		watch_discard(w);
-		return;
-	}
+	/* Refused on a connection closed while the pool read (its streams
+	 * were told already): only the wait ends. */
 	if (!conn_stream_add(c, &w->stream, &watch_ops, w->req_id)) {
-		watch_discard(w);   /* answered: its uid has streams enough */
+		watch_discard(w);   /* answered */
 		return;
 	}
 	w->next = watch.head;

@@ -74,6 +74,7 @@
 #define WORKER_REMOTE_INTERVAL 61
 #define WORKER_TIMER_INTERVAL  32
 #define WORKER_SPIN_NS         ROK_US(50)
+#define WORKER_SPIN_MAX_NS     ROK_US(250)
 #define WORKER_LIFO_MAX        3
 #define WORKER_TIMED_MAX       64
 #define WORKER_STEAL_MAX       256
@@ -582,17 +583,34 @@ static bool worker_fire_timers(struct worker *w)
 
 /*
  * Before parking, a worker that was searching keeps looking for a little
- * while (Go's spinning M): work that arrives within WORKER_SPIN_NS is taken
- * without a futex round trip, which is most of the latency of a request
- * that hops from the reactor to a worker and back.  Still counted as
- * searching, so producers wake nobody meanwhile.  Bounded, so an idle pool
- * still costs nothing.
+ * while (Go's spinning M): work that arrives meanwhile is taken without a
+ * futex round trip, which is most of the latency of a request that hops
+ * from the reactor to a worker and back.  Still counted as searching, so
+ * producers wake nobody meanwhile.  Bounded, so an idle pool still costs
+ * nothing.
+ *
+ * How long: WORKER_SPIN_NS, or up to twice the worker's mean idle spell
+ * (the time from finding no work to finding some) when that spell is
+ * longer but still within WORKER_SPIN_MAX_NS: a request whose commit
+ * waits for the disk comes back after 100-250 us, and is then taken by a
+ * worker still awake on a CPU still awake, instead of by a futex wake-up
+ * of both.  Work that comes later than that (a child process's exit) gets
+ * the short spin only: a longer one would yield at every park, CPU that
+ * the producers of that work need.
  */
 static bool worker_spin(struct worker *w)
 {
 	if (!w->searching || executor.thread_per_core)
 		return false;
-	int64_t until = rok_now() + WORKER_SPIN_NS;
+	int64_t spin = 2 * w->idle_avg;
+	if (spin < WORKER_SPIN_NS || w->idle_avg > WORKER_SPIN_MAX_NS)
+		spin = WORKER_SPIN_NS;
+	else if (spin > WORKER_SPIN_MAX_NS)
+		spin = WORKER_SPIN_MAX_NS;
+	/* Not past its next timer, which the spin does not fire. */
+	int64_t until = rok_now() + spin, next = timer_next(w->wheel);
+	if (next < until)
+		until = next;
 	do {
 		/* Yield rather than spin: the threads that will produce the
 		 * work (the reactor, a client) may need this very CPU. */
@@ -604,8 +622,29 @@ static bool worker_spin(struct worker *w)
 	return false;
 }
 
+/*
+ * A worker found work: ends its idle spell, if one ran, and folds it into
+ * the mean (weight 1/8).  A spell counts as at most twice the most a spin
+ * lasts, so that one long quiet moment does not stop the spins for long
+ * once work comes quickly again.
+ */
+static void worker_idle_end(struct worker *w)
+{
+	if (w->idle_since == 0)
+		return;
+	int64_t spell = rok_now() - w->idle_since;
+	if (spell > 2 * WORKER_SPIN_MAX_NS)
+		spell = 2 * WORKER_SPIN_MAX_NS;
+	else if (spell < 0)
+		spell = 0;
+	w->idle_avg += (spell - w->idle_avg) / 8;
+	w->idle_since = 0;
+}
+
 static void worker_park(struct worker *w)
 {
+	if (w->idle_since == 0)
+		w->idle_since = rok_now();
 	if (worker_fire_timers(w) || worker_spin(w))
 		return;
 	/* Set before the worker shows up as a sleeper, so an unpark that
@@ -687,6 +726,7 @@ void *worker_main(void *arg)
 			t = worker_steal(w);
 		if (t != NULL) {
 			worker_found_work(w);
+			worker_idle_end(w);
 			worker_run_task(w, t);
 			continue;
 		}

@@ -53,6 +53,9 @@ struct worker {
 	unsigned timed_polls;               /* `timed` runs in a row */
 	uint32_t tick;
 	uint32_t rng;
+	int64_t idle_since;                 /* when it last found no work; 0:
+	                                       busy since (worker_spin) */
+	int64_t idle_avg;                   /* mean of those idle spells */
 	uint16_t index;                     /* in executor.workers */
 	uint16_t home;                      /* tasks homed here are its own:
 	                                       its index, or a thread-per-core

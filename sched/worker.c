@@ -74,7 +74,9 @@
 #define WORKER_REMOTE_INTERVAL 61
 #define WORKER_TIMER_INTERVAL  32
 #define WORKER_SPIN_NS         ROK_US(50)
-#define WORKER_SPIN_MAX_NS     ROK_US(250)
+#define WORKER_SPIN_LONG_NS    ROK_US(250)
+#define WORKER_SPIN_SCORE_MAX  16
+#define WORKER_SPIN_SCORE_LONG 8
 #define WORKER_LIFO_MAX        3
 #define WORKER_TIMED_MAX       64
 #define WORKER_STEAL_MAX       256
@@ -589,56 +591,54 @@ static bool worker_fire_timers(struct worker *w)
  * producers wake nobody meanwhile.  Bounded, so an idle pool still costs
  * nothing.
  *
- * How long: WORKER_SPIN_NS, or up to twice the worker's mean idle spell
- * (the time from finding no work to finding some) when that spell is
- * longer but still within WORKER_SPIN_MAX_NS: a request whose commit
- * waits for the disk comes back after 100-250 us, and is then taken by a
- * worker still awake on a CPU still awake, instead of by a futex wake-up
- * of both.  Work that comes later than that (a child process's exit) gets
- * the short spin only: a longer one would yield at every park, CPU that
- * the producers of that work need.
+ * How long: WORKER_SPIN_NS, or WORKER_SPIN_LONG_NS while the worker's idle
+ * spells (from finding no work to finding some) that only the long spin
+ * would end outnumber those longer than it by more than two to one
+ * (spin_score, worker_idle_end).  A request whose commit waits for the
+ * disk comes back after 100-250 us, and is then taken by a worker still
+ * awake on a CPU still awake, instead of by a futex wake-up of both.  Work
+ * that mostly comes later (a child process's exit) gets the short spin
+ * only: a long one would yield at every park for nothing, CPU that the
+ * producers of that work need.  Timers due meanwhile are fired here: the
+ * worker is not asleep, so nobody would wake it for them.
  */
 static bool worker_spin(struct worker *w)
 {
 	if (!w->searching || executor.thread_per_core)
 		return false;
-	int64_t spin = 2 * w->idle_avg;
-	if (spin < WORKER_SPIN_NS || w->idle_avg > WORKER_SPIN_MAX_NS)
-		spin = WORKER_SPIN_NS;
-	else if (spin > WORKER_SPIN_MAX_NS)
-		spin = WORKER_SPIN_MAX_NS;
-	/* Not past its next timer, which the spin does not fire. */
-	int64_t until = rok_now() + spin, next = timer_next(w->wheel);
-	if (next < until)
-		until = next;
+	int64_t until = rok_now() +
+	                (w->spin_score >= WORKER_SPIN_SCORE_LONG ?
+	                 WORKER_SPIN_LONG_NS : WORKER_SPIN_NS);
 	do {
 		/* Yield rather than spin: the threads that will produce the
 		 * work (the reactor, a client) may need this very CPU. */
 		sched_yield();
 		if (!injector_is_empty(&executor.injector) ||
-		    !injector_is_empty(&w->inbox) || worker_any_work())
+		    !injector_is_empty(&w->inbox) || worker_any_work() ||
+		    worker_fire_timers(w))
 			return true;
 	} while (rok_now() < until && !worker_stopping());
 	return false;
 }
 
 /*
- * A worker found work: ends its idle spell, if one ran, and folds it into
- * the mean (weight 1/8).  A spell counts as at most twice the most a spin
- * lasts, so that one long quiet moment does not stop the spins for long
- * once work comes quickly again.
+ * A worker found work: scores the idle spell that this ends, if one ran.
+ * Up for a spell that only the long spin ends; down for one that the
+ * short spin ends already, and twice as much for one longer than either.
  */
 static void worker_idle_end(struct worker *w)
 {
 	if (w->idle_since == 0)
 		return;
 	int64_t spell = rok_now() - w->idle_since;
-	if (spell > 2 * WORKER_SPIN_MAX_NS)
-		spell = 2 * WORKER_SPIN_MAX_NS;
-	else if (spell < 0)
-		spell = 0;
-	w->idle_avg += (spell - w->idle_avg) / 8;
 	w->idle_since = 0;
+	if (spell > WORKER_SPIN_NS && spell <= WORKER_SPIN_LONG_NS) {
+		if (w->spin_score < WORKER_SPIN_SCORE_MAX)
+			w->spin_score++;
+	} else {
+		unsigned down = spell > WORKER_SPIN_LONG_NS ? 2 : 1;
+		w->spin_score = w->spin_score > down ? w->spin_score - down : 0;
+	}
 }
 
 static void worker_park(struct worker *w)

@@ -53,9 +53,11 @@ struct worker {
 	unsigned timed_polls;               /* `timed` runs in a row */
 	uint32_t tick;
 	uint32_t rng;
-	int64_t idle_since;                 /* when it last found no work; 0:
-	                                       busy since (worker_spin) */
-	int64_t idle_avg;                   /* mean of those idle spells */
+	int64_t idle_since;                 /* when it first found no work
+	                                       since its last task; 0: none */
+	uint8_t spin_score;                 /* idle spells only a long spin
+	                                       ends, less the others
+	                                       (worker_idle_end) */
 	uint16_t index;                     /* in executor.workers */
 	uint16_t home;                      /* tasks homed here are its own:
 	                                       its index, or a thread-per-core

@@ -375,6 +375,20 @@ static struct worker *worker_victim(unsigned pool, unsigned v)
 }
 
 /*
+ * The LIFO task of `v`, in a poll the monitor found long (monitor_look),
+ * may be taken by a thief.  Relaxed: the marks are hints; a poll that just
+ * ended lets the owner and a thief race for the slot, and the exchange
+ * settles it.  The mark is odd (in a poll), never 0.
+ */
+static bool worker_lifo_open(struct worker *v)
+{
+	return atomic_load_explicit(&v->long_poll, memory_order_relaxed) ==
+	               (atomic_load_explicit(&v->poll_seq,
+	                                     memory_order_relaxed) | 1) &&
+	       atomic_load_explicit(&v->lifo, memory_order_relaxed) != NULL;
+}
+
+/*
  * Takes half the deque (at most WORKER_STEAL_MAX) of the first non-empty
  * victim, starting at a random one; keeps all but the first task in its own
  * deque.  Victims are the pool workers and the helpers (monitor.c), whose
@@ -407,16 +421,7 @@ static rok_task *worker_steal_from_pool(struct worker *w)
 	for (unsigned i = 0; i < n; i++) {
 		struct worker *victim = worker_victim(pool, (start + i) % n);
 		rok_task *t;
-		/* Relaxed: the marks are hints; a poll that just ended lets
-		 * the owner and us race for the slot, and the exchange
-		 * settles it.  The mark is odd (in a poll), never 0. */
-		if (victim == w ||
-		    atomic_load_explicit(&victim->long_poll,
-		                         memory_order_relaxed) !=
-		            (atomic_load_explicit(&victim->poll_seq,
-		                                  memory_order_relaxed) | 1) ||
-		    atomic_load_explicit(&victim->lifo,
-		                         memory_order_relaxed) == NULL)
+		if (victim == w || !worker_lifo_open(victim))
 			continue;
 		/* Acquire: pairs with the acq_rel exchange that filled it. */
 		t = atomic_exchange_explicit(&victim->lifo, NULL,
@@ -511,18 +516,23 @@ static rok_task *worker_steal(struct worker *w)
 
 bool worker_any_work(void)
 {
+	/* Thread-per-core workers do not take each other's LIFO tasks. */
+	bool lifo = !executor.thread_per_core;
+
 	if (!injector_is_empty(&executor.injector))
 		return true;
 	for (unsigned i = 0; i < executor.nworkers; i++) {
 		struct worker *v = atomic_load_explicit(&executor.workers[i],
 		                                        memory_order_relaxed);
-		if (deque_len(&v->deque) > 0 || deque_len(&v->timed) > 0)
+		if (deque_len(&v->deque) > 0 || deque_len(&v->timed) > 0 ||
+		    (lifo && worker_lifo_open(v)))
 			return true;
 	}
 	unsigned n = atomic_load_explicit(&executor.nhelpers,
 	                                  memory_order_acquire);
 	for (unsigned i = 0; i < n; i++)
-		if (deque_len(&executor.helpers[i]->deque) > 0)
+		if (deque_len(&executor.helpers[i]->deque) > 0 ||
+		    (lifo && worker_lifo_open(executor.helpers[i])))
 			return true;
 	return false;
 }

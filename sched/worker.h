@@ -163,7 +163,8 @@ rok_task *worker_take_any(struct worker *w);
  * calls executor_notify() once for the batch it queued. */
 void worker_push_timed(struct worker *w, rok_task *t);
 
-/* True if any pool deque or the injector holds a task. */
+/* True if any pool deque or the injector holds a task, or a long poll's
+ * LIFO slot one that thieves may take. */
 bool worker_any_work(void);
 
 #endif /* ROK_WORKER_H */

@@ -26,7 +26,8 @@
  * starve its task).  Filling the slot wakes nobody, since its owner runs
  * it as soon as the current poll returns; when that poll runs long, the
  * monitor marks it (long_poll) and wakes a parked worker to take the task
- * (monitor_look), so the task waits for at most a couple of monitor
+ * (monitor_look), or a searcher sees it when it stops searching
+ * (worker_lifo_waiting), so the task waits for at most a couple of monitor
  * periods while others idle.  Parking follows
  * idle.c's protocol; the park itself is a futex on park_word.
  *
@@ -516,23 +517,41 @@ static rok_task *worker_steal(struct worker *w)
 
 bool worker_any_work(void)
 {
-	/* Thread-per-core workers do not take each other's LIFO tasks. */
-	bool lifo = !executor.thread_per_core;
-
 	if (!injector_is_empty(&executor.injector))
 		return true;
 	for (unsigned i = 0; i < executor.nworkers; i++) {
 		struct worker *v = atomic_load_explicit(&executor.workers[i],
 		                                        memory_order_relaxed);
-		if (deque_len(&v->deque) > 0 || deque_len(&v->timed) > 0 ||
-		    (lifo && worker_lifo_open(v)))
+		if (deque_len(&v->deque) > 0 || deque_len(&v->timed) > 0)
 			return true;
 	}
 	unsigned n = atomic_load_explicit(&executor.nhelpers,
 	                                  memory_order_acquire);
 	for (unsigned i = 0; i < n; i++)
-		if (deque_len(&executor.helpers[i]->deque) > 0 ||
-		    (lifo && worker_lifo_open(executor.helpers[i])))
+		if (deque_len(&executor.helpers[i]->deque) > 0)
+			return true;
+	return false;
+}
+
+/*
+ * A long poll's LIFO task waits for a thief.  The monitor's wake-up for it
+ * wakes nobody while a worker searches; that searcher looks here when it
+ * stops (worker_park, worker_found_work).  Not at every turn of the spin:
+ * the slot shares its line with the poll counter its owner writes at every
+ * poll.  Thread-per-core workers do not take each other's LIFO tasks.
+ */
+static bool worker_lifo_waiting(void)
+{
+	if (executor.thread_per_core)
+		return false;
+	for (unsigned i = 0; i < executor.nworkers; i++)
+		if (worker_lifo_open(atomic_load_explicit(
+		            &executor.workers[i], memory_order_relaxed)))
+			return true;
+	unsigned n = atomic_load_explicit(&executor.nhelpers,
+	                                  memory_order_acquire);
+	for (unsigned i = 0; i < n; i++)
+		if (worker_lifo_open(executor.helpers[i]))
 			return true;
 	return false;
 }
@@ -601,47 +620,62 @@ static bool worker_fire_timers(struct worker *w)
  * producers wake nobody meanwhile.  Bounded, so an idle pool still costs
  * nothing.
  *
- * How long: WORKER_SPIN_NS, or WORKER_SPIN_LONG_NS while the worker's idle
- * spells (from finding no work to finding some) that only the long spin
- * would end outnumber those longer than it by more than two to one
- * (spin_score, worker_idle_end).  A request whose commit waits for the
- * disk comes back after 100-250 us, and is then taken by a worker still
- * awake on a CPU still awake, instead of by a futex wake-up of both.  Work
- * that mostly comes later (a child process's exit) gets the short spin
- * only: a long one would yield at every park for nothing, CPU that the
- * producers of that work need.  Timers due meanwhile are fired here: the
- * worker is not asleep, so nobody would wake it for them.
+ * How long: WORKER_SPIN_NS, or WORKER_SPIN_LONG_NS while spin_score says
+ * that most idle spells (from finding no work to finding some) are ones
+ * only the long spin ends (worker_idle_end).  A request whose commit waits
+ * for the disk comes back after 100-250 us, and is then taken by a worker
+ * still awake on a CPU still awake, instead of by a futex wake-up of both.
+ * Work that mostly comes sooner needs no more than the short spin, and
+ * work that mostly comes later (a child process's exit) would make a long
+ * one yield at every park for nothing, CPU that the producers of that
+ * work need.  Timers due meanwhile are fired here, since nobody wakes a
+ * worker that is not asleep; a timer that a helper standing in for this
+ * worker arms meanwhile (monitor.c) is seen when the spin ends.
  */
 static bool worker_spin(struct worker *w)
 {
 	if (!w->searching || executor.thread_per_core)
 		return false;
-	int64_t until = rok_now() +
-	                (w->spin_score >= WORKER_SPIN_SCORE_LONG ?
-	                 WORKER_SPIN_LONG_NS : WORKER_SPIN_NS);
+	int64_t now = rok_now(), next = timer_next(w->wheel);
+	int64_t until = now + (w->spin_score >= WORKER_SPIN_SCORE_LONG ?
+	                       WORKER_SPIN_LONG_NS : WORKER_SPIN_NS);
 	do {
 		/* Yield rather than spin: the threads that will produce the
 		 * work (the reactor, a client) may need this very CPU. */
 		sched_yield();
 		if (!injector_is_empty(&executor.injector) ||
-		    !injector_is_empty(&w->inbox) || worker_any_work() ||
-		    worker_fire_timers(w))
+		    !injector_is_empty(&w->inbox) || worker_any_work())
 			return true;
-	} while (rok_now() < until && !worker_stopping());
+		now = rok_now();
+		if (now >= next) {
+			if (worker_fire_timers(w)) {
+				w->idle_timer = true;
+				return true;
+			}
+			next = timer_next(w->wheel);
+		}
+	} while (now < until && !worker_stopping());
 	return false;
 }
 
 /*
- * A worker found work: scores the idle spell that this ends, if one ran.
- * Up for a spell that only the long spin ends; down for one that the
- * short spin ends already, and twice as much for one longer than either.
+ * A worker found work: scores the idle spell that this ends, if one ran
+ * and no timer ended it (a sleep's spell says nothing of when the next
+ * request comes; the futex wait ends with the timer anyway).  Up by one
+ * for a spell only the long spin ends, down by one for a spell the short
+ * spin ends already, down by two for one longer than either; so the long
+ * spin lasts while the first kind is clearly the most common.
  */
 static void worker_idle_end(struct worker *w)
 {
 	if (w->idle_since == 0)
 		return;
 	int64_t spell = rok_now() - w->idle_since;
+	bool timer = w->idle_timer;
 	w->idle_since = 0;
+	w->idle_timer = false;
+	if (timer)
+		return;
 	if (spell > WORKER_SPIN_NS && spell <= WORKER_SPIN_LONG_NS) {
 		if (w->spin_score < WORKER_SPIN_SCORE_MAX)
 			w->spin_score++;
@@ -655,7 +689,11 @@ static void worker_park(struct worker *w)
 {
 	if (w->idle_since == 0)
 		w->idle_since = rok_now();
-	if (worker_fire_timers(w) || worker_spin(w))
+	if (worker_fire_timers(w)) {
+		w->idle_timer = true;
+		return;
+	}
+	if (worker_spin(w))
 		return;
 	/* Set before the worker shows up as a sleeper, so an unpark that
 	 * picks it finds 1 and issues the futex wake.  The inbox is only
@@ -664,7 +702,7 @@ static void worker_park(struct worker *w)
 	(void)worker_park_set(w);   /* worker_sleep reads the word */
 	bool last = idle_park(&executor.idle, w->index, w->searching);
 	w->searching = false;
-	if (last && worker_any_work())
+	if (last && (worker_any_work() || worker_lifo_waiting()))
 		executor_notify();
 	worker_count(&w->parks);
 	worker_sleep(w);
@@ -692,7 +730,7 @@ static void worker_found_work(struct worker *w)
 	if (!idle_end_search(&executor.idle))
 		return;
 	atomic_thread_fence(memory_order_seq_cst);
-	if (worker_any_work())
+	if (worker_any_work() || worker_lifo_waiting())
 		executor_notify();   /* keep someone looking */
 }
 
@@ -735,8 +773,8 @@ void *worker_main(void *arg)
 		if (t == NULL)
 			t = worker_steal(w);
 		if (t != NULL) {
-			worker_found_work(w);
 			worker_idle_end(w);
+			worker_found_work(w);
 			worker_run_task(w, t);
 			continue;
 		}

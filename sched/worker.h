@@ -56,8 +56,9 @@ struct worker {
 	int64_t idle_since;                 /* when it first found no work
 	                                       since its last task; 0: none */
 	uint8_t spin_score;                 /* idle spells only a long spin
-	                                       ends, less the others
+	                                       ends, less the others, 0..16
 	                                       (worker_idle_end) */
+	bool idle_timer;                    /* a timer ended the idle spell */
 	uint16_t index;                     /* in executor.workers */
 	uint16_t home;                      /* tasks homed here are its own:
 	                                       its index, or a thread-per-core
@@ -163,8 +164,7 @@ rok_task *worker_take_any(struct worker *w);
  * calls executor_notify() once for the batch it queued. */
 void worker_push_timed(struct worker *w, rok_task *t);
 
-/* True if any pool deque or the injector holds a task, or a long poll's
- * LIFO slot one that thieves may take. */
+/* True if any pool deque or the injector holds a task. */
 bool worker_any_work(void);
 
 #endif /* ROK_WORKER_H */

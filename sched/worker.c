@@ -27,7 +27,7 @@
  * it as soon as the current poll returns; when that poll runs long, the
  * monitor marks it (long_poll) and wakes a parked worker to take the task
  * (monitor_look), or a searcher sees it when it stops searching
- * (worker_lifo_waiting), so the task waits for at most a couple of monitor
+ * (worker_any_work), so the task waits for at most a couple of monitor
  * periods while others idle.  Parking follows
  * idle.c's protocol; the park itself is a futex on park_word.
  *
@@ -515,43 +515,33 @@ static rok_task *worker_steal(struct worker *w)
 	return t != NULL ? t : worker_take_remote(w);
 }
 
-bool worker_any_work(void)
+/*
+ * True if any pool deque or the injector holds a task, or, with
+ * `lifo_slots`, a long poll's LIFO slot one that a thief may take.  The
+ * monitor's wake-up for such a slot wakes nobody while a worker searches,
+ * so the searcher looks at the slots when it stops (worker_park,
+ * worker_found_work); not at every turn of its spin, since a slot shares
+ * its line with the poll counter its owner writes at every poll.
+ * Thread-per-core workers do not take each other's LIFO tasks.
+ */
+static bool worker_any_work(bool lifo_slots)
 {
+	bool lifo = lifo_slots && !executor.thread_per_core;
+
 	if (!injector_is_empty(&executor.injector))
 		return true;
 	for (unsigned i = 0; i < executor.nworkers; i++) {
 		struct worker *v = atomic_load_explicit(&executor.workers[i],
 		                                        memory_order_relaxed);
-		if (deque_len(&v->deque) > 0 || deque_len(&v->timed) > 0)
+		if (deque_len(&v->deque) > 0 || deque_len(&v->timed) > 0 ||
+		    (lifo && worker_lifo_open(v)))
 			return true;
 	}
 	unsigned n = atomic_load_explicit(&executor.nhelpers,
 	                                  memory_order_acquire);
 	for (unsigned i = 0; i < n; i++)
-		if (deque_len(&executor.helpers[i]->deque) > 0)
-			return true;
-	return false;
-}
-
-/*
- * A long poll's LIFO task waits for a thief.  The monitor's wake-up for it
- * wakes nobody while a worker searches; that searcher looks here when it
- * stops (worker_park, worker_found_work).  Not at every turn of the spin:
- * the slot shares its line with the poll counter its owner writes at every
- * poll.  Thread-per-core workers do not take each other's LIFO tasks.
- */
-static bool worker_lifo_waiting(void)
-{
-	if (executor.thread_per_core)
-		return false;
-	for (unsigned i = 0; i < executor.nworkers; i++)
-		if (worker_lifo_open(atomic_load_explicit(
-		            &executor.workers[i], memory_order_relaxed)))
-			return true;
-	unsigned n = atomic_load_explicit(&executor.nhelpers,
-	                                  memory_order_acquire);
-	for (unsigned i = 0; i < n; i++)
-		if (worker_lifo_open(executor.helpers[i]))
+		if (deque_len(&executor.helpers[i]->deque) > 0 ||
+		    (lifo && worker_lifo_open(executor.helpers[i])))
 			return true;
 	return false;
 }
@@ -606,10 +596,18 @@ static void worker_sleep(struct worker *w)
 	atomic_store(&w->park_word, 0);
 }
 
-/* Fires this worker's due timers; true if any task was woken. */
+/*
+ * Fires this worker's due timers; true if any task was woken.  That ends
+ * an idle spell unscored (worker_idle_end): a sleep's spell says nothing
+ * of when the next request comes, and the futex wait ends with the timer
+ * anyway.
+ */
 static bool worker_fire_timers(struct worker *w)
 {
-	return timer_armed(w->wheel) && timer_fire(w->wheel, rok_now()) > 0;
+	if (!timer_armed(w->wheel) || timer_fire(w->wheel, rok_now()) == 0)
+		return false;
+	w->idle_since = 0;
+	return true;
 }
 
 /*
@@ -644,14 +642,12 @@ static bool worker_spin(struct worker *w)
 		 * work (the reactor, a client) may need this very CPU. */
 		sched_yield();
 		if (!injector_is_empty(&executor.injector) ||
-		    !injector_is_empty(&w->inbox) || worker_any_work())
+		    !injector_is_empty(&w->inbox) || worker_any_work(false))
 			return true;
 		now = rok_now();
 		if (now >= next) {
-			if (worker_fire_timers(w)) {
-				w->idle_timer = true;
+			if (worker_fire_timers(w))
 				return true;
-			}
 			next = timer_next(w->wheel);
 		}
 	} while (now < until && !worker_stopping());
@@ -660,22 +656,17 @@ static bool worker_spin(struct worker *w)
 
 /*
  * A worker found work: scores the idle spell that this ends, if one ran
- * and no timer ended it (a sleep's spell says nothing of when the next
- * request comes; the futex wait ends with the timer anyway).  Up by one
- * for a spell only the long spin ends, down by one for a spell the short
- * spin ends already, down by two for one longer than either; so the long
- * spin lasts while the first kind is clearly the most common.
+ * and no timer ended it (worker_fire_timers).  Up by one for a spell only
+ * the long spin ends, down by one for a spell the short spin ends already,
+ * down by two for one longer than either; so the long spin lasts while
+ * the first kind is clearly the most common.
  */
 static void worker_idle_end(struct worker *w)
 {
 	if (w->idle_since == 0)
 		return;
 	int64_t spell = rok_now() - w->idle_since;
-	bool timer = w->idle_timer;
 	w->idle_since = 0;
-	w->idle_timer = false;
-	if (timer)
-		return;
 	if (spell > WORKER_SPIN_NS && spell <= WORKER_SPIN_LONG_NS) {
 		if (w->spin_score < WORKER_SPIN_SCORE_MAX)
 			w->spin_score++;
@@ -689,11 +680,7 @@ static void worker_park(struct worker *w)
 {
 	if (w->idle_since == 0)
 		w->idle_since = rok_now();
-	if (worker_fire_timers(w)) {
-		w->idle_timer = true;
-		return;
-	}
-	if (worker_spin(w))
+	if (worker_fire_timers(w) || worker_spin(w))
 		return;
 	/* Set before the worker shows up as a sleeper, so an unpark that
 	 * picks it finds 1 and issues the futex wake.  The inbox is only
@@ -702,7 +689,7 @@ static void worker_park(struct worker *w)
 	(void)worker_park_set(w);   /* worker_sleep reads the word */
 	bool last = idle_park(&executor.idle, w->index, w->searching);
 	w->searching = false;
-	if (last && (worker_any_work() || worker_lifo_waiting()))
+	if (last && worker_any_work(true))
 		executor_notify();
 	worker_count(&w->parks);
 	worker_sleep(w);
@@ -730,7 +717,7 @@ static void worker_found_work(struct worker *w)
 	if (!idle_end_search(&executor.idle))
 		return;
 	atomic_thread_fence(memory_order_seq_cst);
-	if (worker_any_work() || worker_lifo_waiting())
+	if (worker_any_work(true))
 		executor_notify();   /* keep someone looking */
 }
 

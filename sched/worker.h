@@ -58,7 +58,6 @@ struct worker {
 	uint8_t spin_score;                 /* idle spells only a long spin
 	                                       ends, less the others, 0..16
 	                                       (worker_idle_end) */
-	bool idle_timer;                    /* a timer ended the idle spell */
 	uint16_t index;                     /* in executor.workers */
 	uint16_t home;                      /* tasks homed here are its own:
 	                                       its index, or a thread-per-core
@@ -163,8 +162,5 @@ rok_task *worker_take_any(struct worker *w);
  * w's `timed` deque, ahead of its other work.  Wakes nobody: the caller
  * calls executor_notify() once for the batch it queued. */
 void worker_push_timed(struct worker *w, rok_task *t);
-
-/* True if any pool deque or the injector holds a task. */
-bool worker_any_work(void);
 
 #endif /* ROK_WORKER_H */

@@ -206,6 +206,13 @@ int64_t journal_prune_run(sqlite3 *db, uint64_t before_us, uint64_t keep,
  * now; called periodically by the journal thread. */
 void journal_prune_retention(sqlite3 *db);
 
+/* ---- journal-cpu.c (journal thread) ------------------------------------ */
+/* At its start: at durability = full, begins trying its CPUs. */
+void journal_cpu_start(void);
+/* After each successful commit, which took took_ns, at now_ns (rok_now):
+ * may move the thread to another CPU. */
+void journal_cpu_commit(int64_t took_ns, int64_t now_ns);
+
 /* ---- journal-recover.c (main thread, after rok_start) ------------------ */
 /*
  * Replays the journal: queued tasks are queued again, running ones become

@@ -19,7 +19,7 @@
 static struct {
 	struct cpuprobe probe;
 	cpu_set_t allowed;          /* the thread's at start */
-	int kept;                   /* the last decision's CPU; -1: any,
+	int said;                   /* the CPU last logged as chosen; -1: any,
 	                               -2: none yet */
 } jcpu;
 
@@ -43,7 +43,7 @@ static void journal_cpu_give_up(int cpu, int err)
 	log_warnx("journal: cannot run the journal thread on CPU %d (%s): it "
 	          "runs on any from now on", cpu, strerror(err));
 	cpuprobe_stop(&jcpu.probe);
-	jcpu.kept = -1;
+	jcpu.said = -1;
 	(void)journal_cpu_move(-1);
 }
 
@@ -75,7 +75,7 @@ void journal_cpu_start(void)
 {
 	int cpus[CPUPROBE_MAX_CPUS], n = 0;
 
-	jcpu.kept = -2;
+	jcpu.said = -2;
 	cpuprobe_init(&jcpu.probe, NULL, 0);
 	if (!config.durability_full ||
 	    sched_getaffinity(0, sizeof(jcpu.allowed), &jcpu.allowed) != 0)
@@ -104,8 +104,8 @@ void journal_cpu_commit(int64_t took_ns, int64_t now_ns)
 		journal_cpu_give_up(jcpu.probe.want, err);
 		return;
 	}
-	if (step == CPUPROBE_DECIDE && jcpu.probe.want != jcpu.kept) {
-		jcpu.kept = jcpu.probe.want;
+	if (step == CPUPROBE_DECIDE && jcpu.probe.want != jcpu.said) {
+		jcpu.said = jcpu.probe.want;
 		journal_cpu_say();
 	}
 }

@@ -39,17 +39,25 @@ static enum cpuprobe_step probe(struct cpuprobe *p, int64_t (*took)(int, int),
 	return step;
 }
 
-/* The disk's interrupt on CPU 1: commits there 99 µs, elsewhere 151. */
-static int64_t irq_on_1(int cpu, int i)
+/* Commits that take one time per CPU, indexed by CPU number. */
+static const int64_t *speed;
+
+static int64_t by_speed(int cpu, int i)
 {
 	(void)i;
-	return cpu == 1 ? 99 * US : 151 * US;
+	return speed[cpu];
 }
 
-static int64_t irq_on_0(int cpu, int i)
+static enum cpuprobe_step probe_speeds(struct cpuprobe *p,
+                                       const int64_t *ns_by_cpu, int64_t now)
 {
-	return irq_on_1(1 - cpu, i);
+	speed = ns_by_cpu;
+	return probe(p, by_speed, now);
 }
+
+/* The disk's interrupt on CPU 1: commits there 99 µs, elsewhere 151. */
+static const int64_t irq_on_1[] = { 151 * US, 99 * US };
+static const int64_t irq_on_0[] = { 99 * US, 151 * US };
 
 static int64_t alike(int cpu, int i)
 {
@@ -71,7 +79,7 @@ START_TEST(keeps_the_interrupts_cpu)
 
 	cpuprobe_init(&p, cpus, 2);
 	ck_assert_int_eq(p.want, 0);
-	ck_assert_int_eq(probe(&p, irq_on_1, 1), CPUPROBE_DECIDE);
+	ck_assert_int_eq(probe_speeds(&p, irq_on_1, 1), CPUPROBE_DECIDE);
 	ck_assert_int_eq(p.want, 1);
 	ck_assert_int_eq(p.median[0], 151 * US);
 	ck_assert_int_eq(p.median[1], 99 * US);
@@ -84,46 +92,32 @@ START_TEST(keeps_the_interrupts_cpu)
 END_TEST
 
 /* The CPUs are named by number, not by their place in the list. */
-static int64_t irq_on_5(int cpu, int i)
-{
-	(void)i;
-	return cpu == 5 ? 80 * US : 150 * US;
-}
-
 START_TEST(names_the_cpu_not_its_index)
 {
+	static const int64_t irq_on_5[] = { 150 * US, 0, 150 * US, 0, 0,
+	                                    80 * US };
 	int cpus[] = { 0, 2, 5 };
 	struct cpuprobe p;
 
 	cpuprobe_init(&p, cpus, 3);
-	ck_assert_int_eq(probe(&p, irq_on_5, 0), CPUPROBE_DECIDE);
+	ck_assert_int_eq(probe_speeds(&p, irq_on_5, 0), CPUPROBE_DECIDE);
 	ck_assert_int_eq(p.want, 5);
 }
 END_TEST
 
 /* CPUPROBE_KEEP_PCT exactly: kept; a microsecond more: not. */
-static int64_t at_85(int cpu, int i)
-{
-	(void)i;
-	return cpu == 1 ? 85 * US : 100 * US;
-}
-
-static int64_t at_86(int cpu, int i)
-{
-	(void)i;
-	return cpu == 1 ? 86 * US : 100 * US;
-}
-
 START_TEST(keep_boundary)
 {
+	static const int64_t at_85[] = { 100 * US, 85 * US };
+	static const int64_t at_86[] = { 100 * US, 86 * US };
 	int cpus[] = { 0, 1 };
 	struct cpuprobe p;
 
 	cpuprobe_init(&p, cpus, 2);
-	ck_assert_int_eq(probe(&p, at_85, 0), CPUPROBE_DECIDE);
+	ck_assert_int_eq(probe_speeds(&p, at_85, 0), CPUPROBE_DECIDE);
 	ck_assert_int_eq(p.want, 1);
 	cpuprobe_init(&p, cpus, 2);
-	ck_assert_int_eq(probe(&p, at_86, 0), CPUPROBE_DECIDE);
+	ck_assert_int_eq(probe_speeds(&p, at_86, 0), CPUPROBE_DECIDE);
 	ck_assert_int_eq(p.want, -1);
 }
 END_TEST
@@ -139,7 +133,7 @@ START_TEST(tries_again_when_the_kept_cpu_slows)
 	struct cpuprobe p;
 
 	cpuprobe_init(&p, cpus, 2);
-	ck_assert_int_eq(probe(&p, irq_on_1, 0), CPUPROBE_DECIDE);
+	ck_assert_int_eq(probe_speeds(&p, irq_on_1, 0), CPUPROBE_DECIDE);
 	ck_assert_int_eq(p.want, 1);
 	/* As slow as CPU 0 was: not slower, so it stays. */
 	for (int i = 0; i < 2 * CPUPROBE_SAMPLES; i++)
@@ -156,7 +150,7 @@ START_TEST(tries_again_when_the_kept_cpu_slows)
 	ck_assert_int_eq(p.nsamples[0], 0);
 	ck_assert_int_eq(p.nsamples[1], 0);
 	/* CPU 1 stays busy: CPU 0 wins the new probe. */
-	ck_assert_int_eq(probe(&p, irq_on_0, 1), CPUPROBE_DECIDE);
+	ck_assert_int_eq(probe_speeds(&p, irq_on_0, 1), CPUPROBE_DECIDE);
 	ck_assert_int_eq(p.want, 0);
 }
 END_TEST
@@ -174,19 +168,14 @@ START_TEST(keeps_none_when_alike)
 END_TEST
 
 /* The best must beat every other CPU, not only the slowest. */
-static int64_t two_fast(int cpu, int i)
-{
-	(void)i;
-	return cpu == 0 ? 100 * US : cpu == 1 ? 95 * US : 300 * US;
-}
-
 START_TEST(keeps_none_when_two_are_fast)
 {
+	static const int64_t two_fast[] = { 100 * US, 95 * US, 300 * US };
 	int cpus[] = { 0, 1, 2 };
 	struct cpuprobe p;
 
 	cpuprobe_init(&p, cpus, 3);
-	ck_assert_int_eq(probe(&p, two_fast, 0), CPUPROBE_DECIDE);
+	ck_assert_int_eq(probe_speeds(&p, two_fast, 0), CPUPROBE_DECIDE);
 	ck_assert_int_eq(p.want, -1);
 }
 END_TEST
@@ -213,7 +202,8 @@ static int64_t slowing(int cpu, int i)
 {
 	int half = 2 * CPUPROBE_SAMPLES / 2;
 
-	return irq_on_1(cpu, i) * (slowing_calls++ < half ? 1 : 3);
+	(void)i;
+	return irq_on_1[cpu] * (slowing_calls++ < half ? 1 : 3);
 }
 
 START_TEST(turns_share_a_slowdown)
@@ -235,7 +225,7 @@ START_TEST(tries_again_later)
 	int64_t t = 1000;
 
 	cpuprobe_init(&p, cpus, 2);
-	ck_assert_int_eq(probe(&p, irq_on_1, t), CPUPROBE_DECIDE);
+	ck_assert_int_eq(probe_speeds(&p, irq_on_1, t), CPUPROBE_DECIDE);
 	ck_assert_int_eq(p.want, 1);
 	ck_assert_int_eq(cpuprobe_sample(&p, 1, t + CPUPROBE_AGAIN_NS - 1),
 	                 CPUPROBE_STAY);
@@ -246,7 +236,7 @@ START_TEST(tries_again_later)
 	ck_assert_int_eq(p.nsamples[0], 0);
 	ck_assert_int_eq(p.nsamples[1], 0);
 	/* The interrupt moved to CPU 0 meanwhile (irqbalance). */
-	ck_assert_int_eq(probe(&p, irq_on_0, t + CPUPROBE_AGAIN_NS),
+	ck_assert_int_eq(probe_speeds(&p, irq_on_0, t + CPUPROBE_AGAIN_NS),
 	                 CPUPROBE_DECIDE);
 	ck_assert_int_eq(p.want, 0);
 }
@@ -278,20 +268,15 @@ START_TEST(never_probes)
 }
 END_TEST
 
-static int64_t absurd(int cpu, int i)
-{
-	(void)i;
-	return cpu == 0 ? INT64_MAX : -5;
-}
-
 /* Durations from a stepped clock: negative or huge, still a decision. */
 START_TEST(bounds_durations)
 {
+	static const int64_t absurd[] = { INT64_MAX, -5 };
 	int cpus[] = { 0, 1 };
 	struct cpuprobe p;
 
 	cpuprobe_init(&p, cpus, 2);
-	ck_assert_int_eq(probe(&p, absurd, 0), CPUPROBE_DECIDE);
+	ck_assert_int_eq(probe_speeds(&p, absurd, 0), CPUPROBE_DECIDE);
 	ck_assert_int_eq(p.want, 1);
 	ck_assert_int_eq(p.median[1], 0);
 	ck_assert_int_eq(p.median[0], 3600 * 1000000000ll);

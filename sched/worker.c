@@ -627,14 +627,15 @@ static bool worker_fire_timers(struct worker *w)
  * work that mostly comes later (a child process's exit) would make a long
  * one yield at every park for nothing, CPU that the producers of that
  * work need.  Timers due meanwhile are fired here, since nobody wakes a
- * worker that is not asleep; a timer that a helper standing in for this
- * worker arms meanwhile (monitor.c) is seen when the spin ends.
+ * worker that is not asleep; that includes one that a helper standing in
+ * for this worker (monitor.c) armed before it retired, whose unpark finds
+ * this worker awake.
  */
 static bool worker_spin(struct worker *w)
 {
 	if (!w->searching || executor.thread_per_core)
 		return false;
-	int64_t now = rok_now(), next = timer_next(w->wheel);
+	int64_t now = rok_now();
 	int64_t until = now + (w->spin_score >= WORKER_SPIN_SCORE_LONG ?
 	                       WORKER_SPIN_LONG_NS : WORKER_SPIN_NS);
 	do {
@@ -645,11 +646,10 @@ static bool worker_spin(struct worker *w)
 		    !injector_is_empty(&w->inbox) || worker_any_work(false))
 			return true;
 		now = rok_now();
-		if (now >= next) {
-			if (worker_fire_timers(w))
-				return true;
-			next = timer_next(w->wheel);
-		}
+		/* The wheel's next deadline is read at every turn: a helper
+		 * retiring meanwhile may have armed an earlier one. */
+		if (now >= timer_next(w->wheel) && worker_fire_timers(w))
+			return true;
 	} while (now < until && !worker_stopping());
 	return false;
 }

@@ -40,7 +40,6 @@ _Static_assert(CPUPROBE_SAMPLES % CPUPROBE_BLOCK == 0,
 void cpuprobe_init(struct cpuprobe *p, const int *cpus, int n)
 {
 	memset(p, 0, sizeof(*p));
-	p->want = -1;
 	p->trying = -1;
 	p->kept = -1;
 	if (n < 2 || n > CPUPROBE_MAX_CPUS)
@@ -48,7 +47,6 @@ void cpuprobe_init(struct cpuprobe *p, const int *cpus, int n)
 	memcpy(p->cpus, cpus, (size_t)n * sizeof(*cpus));
 	p->ncpus = n;
 	p->trying = 0;
-	p->want = p->cpus[0];
 }
 
 void cpuprobe_stop(struct cpuprobe *p)
@@ -56,7 +54,6 @@ void cpuprobe_stop(struct cpuprobe *p)
 	p->ncpus = 0;
 	p->trying = -1;
 	p->kept = -1;
-	p->want = -1;
 }
 
 static int cpuprobe_cmp(const void *a, const void *b)
@@ -96,7 +93,6 @@ static enum cpuprobe_step cpuprobe_restart(struct cpuprobe *p)
 	memset(p->nsamples, 0, sizeof(p->nsamples));
 	p->trying = 0;
 	p->kept = -1;
-	p->want = p->cpus[0];
 	return CPUPROBE_TRY;
 }
 
@@ -145,7 +141,6 @@ enum cpuprobe_step cpuprobe_sample(struct cpuprobe *p, int64_t took,
 	int next = (i + 1) % p->ncpus;
 	if (p->nsamples[next] < CPUPROBE_SAMPLES) {
 		p->trying = next;
-		p->want = p->cpus[next];
 		return CPUPROBE_TRY;
 	}
 	for (int c = 0; c < p->ncpus; c++)
@@ -155,6 +150,5 @@ enum cpuprobe_step cpuprobe_sample(struct cpuprobe *p, int64_t took,
 	p->decided_ns = now;
 	if (p->kept >= 0)
 		p->nsamples[p->kept] = 0;
-	p->want = p->kept >= 0 ? p->cpus[p->kept] : -1;
 	return CPUPROBE_DECIDE;
 }

@@ -29,35 +29,41 @@ struct cpuprobe {
 	int ncpus;
 	int trying;                       /* index into cpus; -1: decided */
 	int kept;                         /* index decided on; -1: none */
-	int want;                         /* the CPU to run on; -1: any */
 	int64_t samples[CPUPROBE_MAX_CPUS][CPUPROBE_SAMPLES];
 	int nsamples[CPUPROBE_MAX_CPUS];
 	int64_t median[CPUPROBE_MAX_CPUS];
 	int64_t decided_ns;
 };
 
+/* The CPU to run on now: the one being tried, else the one kept; -1: any. */
+static inline int cpuprobe_want(const struct cpuprobe *p)
+{
+	return p->trying >= 0 ? p->cpus[p->trying]
+	       : p->kept >= 0 ? p->cpus[p->kept] : -1;
+}
+
 /*
- * Starts a probe over the n CPUs in cpus: p->want is the first to run on
- * (or -1, any, for fewer than two CPUs or more than CPUPROBE_MAX_CPUS:
- * then nothing is ever tried, and cpus is not read).
+ * Starts a probe over the n CPUs in cpus: cpuprobe_want is the first to
+ * run on (or -1, any, for fewer than two CPUs or more than
+ * CPUPROBE_MAX_CPUS: then nothing is ever tried, and cpus is not read).
  */
 void cpuprobe_init(struct cpuprobe *p, const int *cpus, int n);
 
 enum cpuprobe_step {
-	CPUPROBE_STAY,      /* p->want is unchanged */
-	CPUPROBE_TRY,       /* the probe moves on to the CPU p->want */
-	CPUPROBE_DECIDE,    /* the probe is over: p->want (-1: any) stands */
+	CPUPROBE_STAY,      /* cpuprobe_want is unchanged */
+	CPUPROBE_TRY,       /* the probe moves on to the CPU cpuprobe_want */
+	CPUPROBE_DECIDE,    /* the probe is over: cpuprobe_want stands */
 };
 
 /*
- * One duration (ns) of the work being placed, taken on p->want, at time
- * now.  Unless CPUPROBE_STAY, the caller moves the thread to p->want (-1:
- * back to every allowed CPU).
+ * One duration (ns) of the work being placed, taken on cpuprobe_want, at
+ * time now.  Unless CPUPROBE_STAY, the caller moves the thread to
+ * cpuprobe_want (-1: back to every allowed CPU).
  */
 enum cpuprobe_step cpuprobe_sample(struct cpuprobe *p, int64_t took,
                                    int64_t now);
 
-/* Never tries again: p->want is -1 from now on. */
+/* Never tries again: cpuprobe_want is -1 from now on. */
 void cpuprobe_stop(struct cpuprobe *p);
 
 #endif

@@ -63,9 +63,10 @@ static void journal_cpu_say(void)
 			break;
 		off += (size_t)n;
 	}
-	if (p->want >= 0)
+	int cpu = cpuprobe_want(p);
+	if (cpu >= 0)
 		log_info("journal: commits end soonest on CPU %d (median µs: %s): "
-		         "the journal thread stays there", p->want, list);
+		         "the journal thread stays there", cpu, list);
 	else
 		log_info("journal: no CPU ends commits clearly sooner (median µs: "
 		         "%s): the journal thread runs on any", list);
@@ -87,9 +88,10 @@ void journal_cpu_start(void)
 		if (CPU_ISSET(cpu, &jcpu.allowed))
 			cpus[n++] = cpu;
 	cpuprobe_init(&jcpu.probe, cpus, n);
-	int err = journal_cpu_move(jcpu.probe.want);
+	int cpu = cpuprobe_want(&jcpu.probe);
+	int err = journal_cpu_move(cpu);
 	if (err != 0)
-		journal_cpu_give_up(jcpu.probe.want, err);
+		journal_cpu_give_up(cpu, err);
 }
 
 void journal_cpu_commit(int64_t took_ns, int64_t now_ns)
@@ -99,13 +101,14 @@ void journal_cpu_commit(int64_t took_ns, int64_t now_ns)
 
 	if (step == CPUPROBE_STAY)
 		return;
-	int err = journal_cpu_move(jcpu.probe.want);
+	int cpu = cpuprobe_want(&jcpu.probe);
+	int err = journal_cpu_move(cpu);
 	if (err != 0) {
-		journal_cpu_give_up(jcpu.probe.want, err);
+		journal_cpu_give_up(cpu, err);
 		return;
 	}
-	if (step == CPUPROBE_DECIDE && jcpu.probe.want != jcpu.said) {
-		jcpu.said = jcpu.probe.want;
+	if (step == CPUPROBE_DECIDE && cpu != jcpu.said) {
+		jcpu.said = cpu;
 		journal_cpu_say();
 	}
 }

@@ -7,11 +7,10 @@
  * trying again after CPUPROBE_AGAIN_NS or as soon as the CPU kept slows
  * down, and the cases that never probe.
  */
-#include <check.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 #include "cpuprobe.h"
+#include "testutil.h"
 
 #define US 1000ll
 
@@ -29,8 +28,8 @@ static enum cpuprobe_step probe(struct cpuprobe *p, int64_t (*took)(int, int),
 
 	for (int k = 0; k < total; k++) {
 		int turn = (k / CPUPROBE_BLOCK) % p->ncpus;
-		ck_assert_int_eq(p->want, p->cpus[turn]);
-		step = cpuprobe_sample(p, took(p->want, taken[turn]++), now);
+		ck_assert_int_eq(cpuprobe_want(p), p->cpus[turn]);
+		step = cpuprobe_sample(p, took(cpuprobe_want(p), taken[turn]++), now);
 		if (k == total - 1)
 			break;
 		ck_assert_int_eq(step, (k + 1) % CPUPROBE_BLOCK == 0
@@ -78,16 +77,16 @@ START_TEST(keeps_the_interrupts_cpu)
 	struct cpuprobe p;
 
 	cpuprobe_init(&p, cpus, 2);
-	ck_assert_int_eq(p.want, 0);
+	ck_assert_int_eq(cpuprobe_want(&p), 0);
 	ck_assert_int_eq(probe_speeds(&p, irq_on_1, 1), CPUPROBE_DECIDE);
-	ck_assert_int_eq(p.want, 1);
+	ck_assert_int_eq(cpuprobe_want(&p), 1);
 	ck_assert_int_eq(p.median[0], 151 * US);
 	ck_assert_int_eq(p.median[1], 99 * US);
 	/* Decided: it stays while its commits stay as fast. */
 	for (int i = 0; i < 1000; i++)
 		ck_assert_int_eq(cpuprobe_sample(&p, (99 + i % 40) * US, 2 + i),
 		                 CPUPROBE_STAY);
-	ck_assert_int_eq(p.want, 1);
+	ck_assert_int_eq(cpuprobe_want(&p), 1);
 }
 END_TEST
 
@@ -101,7 +100,7 @@ START_TEST(names_the_cpu_not_its_index)
 
 	cpuprobe_init(&p, cpus, 3);
 	ck_assert_int_eq(probe_speeds(&p, irq_on_5, 0), CPUPROBE_DECIDE);
-	ck_assert_int_eq(p.want, 5);
+	ck_assert_int_eq(cpuprobe_want(&p), 5);
 }
 END_TEST
 
@@ -115,10 +114,10 @@ START_TEST(keep_boundary)
 
 	cpuprobe_init(&p, cpus, 2);
 	ck_assert_int_eq(probe_speeds(&p, at_85, 0), CPUPROBE_DECIDE);
-	ck_assert_int_eq(p.want, 1);
+	ck_assert_int_eq(cpuprobe_want(&p), 1);
 	cpuprobe_init(&p, cpus, 2);
 	ck_assert_int_eq(probe_speeds(&p, at_86, 0), CPUPROBE_DECIDE);
-	ck_assert_int_eq(p.want, -1);
+	ck_assert_int_eq(cpuprobe_want(&p), -1);
 }
 END_TEST
 
@@ -134,7 +133,7 @@ START_TEST(tries_again_when_the_kept_cpu_slows)
 
 	cpuprobe_init(&p, cpus, 2);
 	ck_assert_int_eq(probe_speeds(&p, irq_on_1, 0), CPUPROBE_DECIDE);
-	ck_assert_int_eq(p.want, 1);
+	ck_assert_int_eq(cpuprobe_want(&p), 1);
 	/* As slow as CPU 0 was: not slower, so it stays. */
 	for (int i = 0; i < 2 * CPUPROBE_SAMPLES; i++)
 		ck_assert_int_eq(cpuprobe_sample(&p, 151 * US, 1), CPUPROBE_STAY);
@@ -146,12 +145,12 @@ START_TEST(tries_again_when_the_kept_cpu_slows)
 	for (int i = 0; i < CPUPROBE_SAMPLES - 1; i++)
 		ck_assert_int_eq(cpuprobe_sample(&p, 400 * US, 1), CPUPROBE_STAY);
 	ck_assert_int_eq(cpuprobe_sample(&p, 400 * US, 1), CPUPROBE_TRY);
-	ck_assert_int_eq(p.want, 0);
+	ck_assert_int_eq(cpuprobe_want(&p), 0);
 	ck_assert_int_eq(p.nsamples[0], 0);
 	ck_assert_int_eq(p.nsamples[1], 0);
 	/* CPU 1 stays busy: CPU 0 wins the new probe. */
 	ck_assert_int_eq(probe_speeds(&p, irq_on_0, 1), CPUPROBE_DECIDE);
-	ck_assert_int_eq(p.want, 0);
+	ck_assert_int_eq(cpuprobe_want(&p), 0);
 }
 END_TEST
 
@@ -161,9 +160,9 @@ START_TEST(keeps_none_when_alike)
 	struct cpuprobe p;
 
 	cpuprobe_init(&p, cpus, 3);
-	ck_assert_int_eq(p.want, 2);
+	ck_assert_int_eq(cpuprobe_want(&p), 2);
 	ck_assert_int_eq(probe(&p, alike, 0), CPUPROBE_DECIDE);
-	ck_assert_int_eq(p.want, -1);
+	ck_assert_int_eq(cpuprobe_want(&p), -1);
 }
 END_TEST
 
@@ -176,7 +175,7 @@ START_TEST(keeps_none_when_two_are_fast)
 
 	cpuprobe_init(&p, cpus, 3);
 	ck_assert_int_eq(probe_speeds(&p, two_fast, 0), CPUPROBE_DECIDE);
-	ck_assert_int_eq(p.want, -1);
+	ck_assert_int_eq(cpuprobe_want(&p), -1);
 }
 END_TEST
 
@@ -187,7 +186,7 @@ START_TEST(median_ignores_stalls)
 
 	cpuprobe_init(&p, cpus, 4);
 	ck_assert_int_eq(probe(&p, fast_with_stalls, 0), CPUPROBE_DECIDE);
-	ck_assert_int_eq(p.want, 3);
+	ck_assert_int_eq(cpuprobe_want(&p), 3);
 	ck_assert_int_eq(p.median[3], 90 * US);
 }
 END_TEST
@@ -214,7 +213,7 @@ START_TEST(turns_share_a_slowdown)
 	slowing_calls = 0;
 	cpuprobe_init(&p, cpus, 2);
 	ck_assert_int_eq(probe(&p, slowing, 0), CPUPROBE_DECIDE);
-	ck_assert_int_eq(p.want, 1);
+	ck_assert_int_eq(cpuprobe_want(&p), 1);
 }
 END_TEST
 
@@ -226,19 +225,19 @@ START_TEST(tries_again_later)
 
 	cpuprobe_init(&p, cpus, 2);
 	ck_assert_int_eq(probe_speeds(&p, irq_on_1, t), CPUPROBE_DECIDE);
-	ck_assert_int_eq(p.want, 1);
+	ck_assert_int_eq(cpuprobe_want(&p), 1);
 	ck_assert_int_eq(cpuprobe_sample(&p, 1, t + CPUPROBE_AGAIN_NS - 1),
 	                 CPUPROBE_STAY);
 	/* Time is up: the first CPU again, from a clean slate. */
 	ck_assert_int_eq(cpuprobe_sample(&p, 1, t + CPUPROBE_AGAIN_NS),
 	                 CPUPROBE_TRY);
-	ck_assert_int_eq(p.want, 0);
+	ck_assert_int_eq(cpuprobe_want(&p), 0);
 	ck_assert_int_eq(p.nsamples[0], 0);
 	ck_assert_int_eq(p.nsamples[1], 0);
 	/* The interrupt moved to CPU 0 meanwhile (irqbalance). */
 	ck_assert_int_eq(probe_speeds(&p, irq_on_0, t + CPUPROBE_AGAIN_NS),
 	                 CPUPROBE_DECIDE);
-	ck_assert_int_eq(p.want, 0);
+	ck_assert_int_eq(cpuprobe_want(&p), 0);
 }
 END_TEST
 
@@ -250,18 +249,18 @@ START_TEST(never_probes)
 	for (int i = 0; i <= CPUPROBE_MAX_CPUS; i++)
 		cpus[i] = i;
 	cpuprobe_init(&p, cpus, 1);
-	ck_assert_int_eq(p.want, -1);
+	ck_assert_int_eq(cpuprobe_want(&p), -1);
 	ck_assert_int_eq(cpuprobe_sample(&p, 1, CPUPROBE_AGAIN_NS * 3),
 	                 CPUPROBE_STAY);
 	cpuprobe_init(&p, cpus, CPUPROBE_MAX_CPUS + 1);
-	ck_assert_int_eq(p.want, -1);
+	ck_assert_int_eq(cpuprobe_want(&p), -1);
 	ck_assert_int_eq(cpuprobe_sample(&p, 1, CPUPROBE_AGAIN_NS * 3),
 	                 CPUPROBE_STAY);
 	/* Stopped mid-probe (a move the kernel refused): any CPU, for good. */
 	cpuprobe_init(&p, cpus, 2);
-	ck_assert_int_eq(p.want, 0);
+	ck_assert_int_eq(cpuprobe_want(&p), 0);
 	cpuprobe_stop(&p);
-	ck_assert_int_eq(p.want, -1);
+	ck_assert_int_eq(cpuprobe_want(&p), -1);
 	for (int i = 0; i < 3 * CPUPROBE_SAMPLES; i++)
 		ck_assert_int_eq(cpuprobe_sample(&p, 1, CPUPROBE_AGAIN_NS * i),
 		                 CPUPROBE_STAY);
@@ -277,7 +276,7 @@ START_TEST(bounds_durations)
 
 	cpuprobe_init(&p, cpus, 2);
 	ck_assert_int_eq(probe_speeds(&p, absurd, 0), CPUPROBE_DECIDE);
-	ck_assert_int_eq(p.want, 1);
+	ck_assert_int_eq(cpuprobe_want(&p), 1);
 	ck_assert_int_eq(p.median[1], 0);
 	ck_assert_int_eq(p.median[0], 3600 * 1000000000ll);
 }
@@ -285,8 +284,7 @@ END_TEST
 
 static Suite *cpuprobe_suite(void)
 {
-	Suite *s = suite_create("cpuprobe");
-	struct { const char *name; const TTest *t; } tests[] = {
+	const struct test_case cases[] = {
 		{ "keeps_the_interrupts_cpu", keeps_the_interrupts_cpu },
 		{ "names_the_cpu_not_its_index", names_the_cpu_not_its_index },
 		{ "keep_boundary", keep_boundary },
@@ -300,20 +298,11 @@ static Suite *cpuprobe_suite(void)
 		{ "never_probes", never_probes },
 		{ "bounds_durations", bounds_durations },
 	};
-	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
-		TCase *tc = tcase_create(tests[i].name);
-		tcase_add_test(tc, tests[i].t);
-		suite_add_tcase(s, tc);
-	}
-	return s;
+
+	return TEST_SUITE("cpuprobe", cases, 10);
 }
 
 int main(void)
 {
-	SRunner *sr = srunner_create(cpuprobe_suite());
-
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return test_run(cpuprobe_suite());
 }

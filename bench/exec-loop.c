@@ -7,8 +7,9 @@
  *	exec-loop N P COMMAND [ARG...]
  *
  * prints: n=N p=P seconds=WALL rate=PER_S child_cpu_us=C self_cpu_us=S
- * where C and S are the CPU time (user + system) per command of the
- * children and of the loop itself: bench/latency's CPU budget per task.
+ * switches=W where C and S are the CPU time (user + system) per command of
+ * the children and of the loop itself (bench/latency's CPU budget per
+ * task), and W the loop's context switches per command.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -19,15 +20,11 @@
 #include <time.h>
 #include <unistd.h>
 
-/* User + system time of `who` (RUSAGE_SELF, RUSAGE_CHILDREN), in µs. */
-static double el_cpu_us(int who)
+/* User + system time of `ru`, in µs. */
+static double el_cpu_us(const struct rusage *ru)
 {
-	struct rusage ru;
-
-	if (getrusage(who, &ru) != 0)
-		return -1;
-	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
-	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+	return (double)(ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) * 1e6 +
+	       (double)(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec);
 }
 
 static double el_now(void)
@@ -89,13 +86,17 @@ int main(int argc, char **argv)
 		done++;
 	}
 	double s = el_now() - t0;
-	double child = el_cpu_us(RUSAGE_CHILDREN), self = el_cpu_us(RUSAGE_SELF);
-	if (child < 0 || self < 0) {
+	struct rusage kids, self;
+	if (getrusage(RUSAGE_CHILDREN, &kids) != 0 ||
+	    getrusage(RUSAGE_SELF, &self) != 0) {
 		perror("exec-loop: getrusage");
 		return 1;
 	}
+	/* switches: how often the loop itself left the CPU (voluntarily:
+	 * vfork and wait; or preempted), per command. */
 	printf("n=%ld p=%ld seconds=%.3f rate=%.1f child_cpu_us=%.1f "
-	       "self_cpu_us=%.1f\n", n, p, s, (double)n / s,
-	       child / (double)n, self / (double)n);
+	       "self_cpu_us=%.1f switches=%.1f\n", n, p, s, (double)n / s,
+	       el_cpu_us(&kids) / (double)n, el_cpu_us(&self) / (double)n,
+	       (double)(self.ru_nvcsw + self.ru_nivcsw) / (double)n);
 	return 0;
 }

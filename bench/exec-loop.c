@@ -7,9 +7,9 @@
  *	exec-loop N P COMMAND [ARG...]
  *
  * prints: n=N p=P seconds=WALL rate=PER_S child_cpu_us=C self_cpu_us=S
- * switches=W where C and S are the CPU time (user + system) per command of
- * the children and of the loop itself (bench/latency's CPU budget per
- * task), and W the loop's context switches per command.
+ * switches=W.  C and S are the CPU time (user + system) per command of the
+ * children and of the loop itself (bench/latency's CPU budget per task), W
+ * the loop's context switches per command.
  */
 #include <errno.h>
 #include <stdint.h>

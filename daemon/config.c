@@ -88,6 +88,7 @@ void config_defaults(struct config *c)
 	c->keep_finished_per_user = 250000;
 	c->watch_lag_max = 16384;
 	c->max_task_output = 64ull << 20;
+	c->output_keep_free = CONFIG_KEEP_FREE_AUTO;
 	c->kill_grace_ms = 5000;
 	c->slurm_poll_interval_ms = 1000;
 	/* journal */
@@ -227,6 +228,7 @@ static int config_set(struct config *c, const char *key, const char *v,
 		CFG_U("watch_lag_max", watch_lag_max, 1u << 24),
 		/* exec tasks */
 		CFG_U("max_task_output", max_task_output, 1ull << 40),
+		CFG_U("output_keep_free", output_keep_free, 1ull << 50),
 		CFG_D("kill_grace", kill_grace_ms),
 		/* journal */
 		CFG_U("keep_finished", keep_finished, 1ull << 40),

@@ -31,16 +31,31 @@
  * blocks on a full pipe) but the bytes are dropped and the task records
  * output_truncated.
  *
+ * Output must not fill the state directory's file system: the journal
+ * lives there too, and with no room for it every user's spawns are
+ * refused.  So output is kept only while the file system has more than
+ * output_keep_free bytes free (statvfs's f_bavail, what is left to
+ * non-root users: the journal, rokd's, may still use the blocks kept for
+ * root).  Looking costs a statvfs, so it is done once per EXEC_OUT_LOOK
+ * bytes written by all tasks together, and at every write while the last
+ * look found the space short: a task may overshoot the mark by at most
+ * EXEC_OUT_LOOK between two looks, all tasks together.  A task whose write
+ * finds the space short keeps no more output in that run (its output
+ * stops, marked output_truncated; a gap in the middle would mislead).  The
+ * log says when output stops being kept and when it is kept again.
+ *
  * Only the exec task that owns an exec_out touches it (one worker at a
  * time); writes go to the page cache, never fsync'd.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -132,6 +147,61 @@ void exec_out_forget(uint64_t id)
 		          (unsigned long long)id, path);
 }
 
+/* Bytes of output between two looks at the free space (see the top). */
+#define EXEC_OUT_LOOK (1u << 20)
+/* output_keep_free's default: 5 % of the file system, at most this. */
+#define EXEC_OUT_KEEP_FREE_MAX (256ull << 20)
+
+/* Written since the last look; the first write looks.  Relaxed, both:
+ * a look a write or two late is within the overshoot said above. */
+static _Atomic uint64_t exec_out_unlooked = EXEC_OUT_LOOK;
+static _Atomic bool exec_out_short;
+
+/* The bytes to leave free on a file system of `size` bytes. */
+static uint64_t exec_out_keep_free(uint64_t size)
+{
+	uint64_t keep = CONFIG_LIMIT(output_keep_free);
+
+	if (keep != CONFIG_KEEP_FREE_AUTO)
+		return keep;
+	keep = size / 20;
+	return keep < EXEC_OUT_KEEP_FREE_MAX ? keep : EXEC_OUT_KEEP_FREE_MAX;
+}
+
+/* Whether `bytes` more output leave output_keep_free free: any thread. */
+static bool exec_out_room(uint64_t bytes)
+{
+	uint64_t seen = atomic_fetch_add_explicit(&exec_out_unlooked, bytes,
+	                                          memory_order_relaxed) + bytes;
+
+	if (seen < EXEC_OUT_LOOK &&
+	    !atomic_load_explicit(&exec_out_short, memory_order_relaxed))
+		return true;
+	atomic_store_explicit(&exec_out_unlooked, 0, memory_order_relaxed);
+	char path[4096];
+	struct statvfs fs;
+	snprintf(path, sizeof(path), "%s/output", config.state_dir);
+	if (statvfs(path, &fs) != 0)
+		return true;   /* cannot tell: a failed write will say */
+	/* Cannot overflow: a file system's size. */
+	uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+	uint64_t keep = exec_out_keep_free((uint64_t)fs.f_blocks * fs.f_frsize);
+	bool is_short = avail < keep || avail - keep < bytes;
+	if (atomic_exchange_explicit(&exec_out_short, is_short,
+	                             memory_order_relaxed) != is_short) {
+		if (is_short)
+			log_warnx("%s: %llu bytes free, output_keep_free is "
+			          "%llu: exec tasks' output is no longer kept "
+			          "(marked output_truncated) until there is "
+			          "room again", path, (unsigned long long)avail,
+			          (unsigned long long)keep);
+		else
+			log_info("%s: %llu bytes free: exec tasks' output is "
+			         "kept again", path, (unsigned long long)avail);
+	}
+	return !is_short;
+}
+
 void exec_out_init(struct exec_out *o, uint64_t id, uint64_t cap)
 {
 	o->id = id;
@@ -181,6 +251,10 @@ void exec_out_append(struct exec_out *o, int stream, const uint8_t *buf,
 		size_t k = n > EXEC_REC_MAX ? EXEC_REC_MAX : n;
 		if (k > room - EXEC_REC_HDR)
 			k = (size_t)(room - EXEC_REC_HDR);
+		if (!exec_out_room(EXEC_REC_HDR + k)) {
+			o->err = -ENOSPC;
+			break;
+		}
 		if (o->fd < 0) {
 			char path[4096];
 			exec_output_path(o->id, path, sizeof(path));

@@ -338,6 +338,7 @@ static void rokd_reload_apply(void *arg)
 	ROKD_SET(max_output_per_user);
 	ROKD_SET(watch_lag_max);
 	ROKD_SET(max_task_output);
+	ROKD_SET(output_keep_free);
 	ROKD_SET(kill_grace_ms);
 	ROKD_SET(keep_finished);
 	ROKD_SET(keep_finished_for_ns);

@@ -78,6 +78,9 @@ struct config {
 	bool root;                  /* running as root */
 	/* exec tasks */
 	uint64_t max_task_output;   /* bytes of output kept per task */
+	/* Bytes left free on the state file system below which output is
+	 * no longer kept; CONFIG_KEEP_FREE_AUTO: exec-output.c decides. */
+	uint64_t output_keep_free;
 	uint64_t kill_grace_ms;     /* SIGTERM to SIGKILL, default */
 	/* journal */
 	bool durability_full;       /* durability = full (else normal) */
@@ -106,6 +109,8 @@ extern struct config config;
  * that sees the old value a moment longer is fine.
  */
 #define CONFIG_LIMIT(field) __atomic_load_n(&config.field, __ATOMIC_RELAXED)
+/* output_keep_free's default: 5 % of the file system, at most 256 MiB. */
+#define CONFIG_KEEP_FREE_AUTO UINT64_MAX
 
 void config_defaults(struct config *c);
 /* Reads `key = value` lines; 0, or -1 with a message in err. */

@@ -77,7 +77,8 @@ int logs_stream(struct rokctl *ctx, uint64_t id, bool follow)
 		}
 		if (t->output_truncated)
 			rokctl_err(ctx, 0, "task %llu: the daemon kept only "
-				   "part of its output (max_task_output)",
+				   "part of its output (max_task_output, "
+				   "output_keep_free)",
 				   (unsigned long long)id);
 		if (follow)
 			rc = print_outcome(t, 1);

@@ -300,8 +300,11 @@ static int config_set(struct config *c, const char *key, const char *v,
 			return 0;
 		}
 		uint64_t n;
+		/* 0 means something for these two (one worker per CPU;
+		 * no mark), for the rest nothing sensible. */
 		if (config_uint(v, keys[i].max, &n) < 0 ||
-		    (n == 0 && strcmp(key, "workers") != 0)) {
+		    (n == 0 && strcmp(key, "workers") != 0 &&
+		     strcmp(key, "output_keep_free") != 0)) {
 			snprintf(err, len, "%s: not a number in range: %s", key, v);
 			return -1;
 		}

@@ -33,23 +33,31 @@
  *
  * Output must not fill the state directory's file system: the journal
  * lives there too, and with no room for it every user's spawns are
- * refused.  So output is kept only while the file system has more than
- * output_keep_free bytes free (statvfs's f_bavail, what is left to
- * non-root users: the journal, rokd's, may still use the blocks kept for
- * root).  Looking costs a statvfs, so it is done once per EXEC_OUT_LOOK
- * bytes written by all tasks together, and at every write while the last
- * look found the space short: a task may overshoot the mark by at most
- * EXEC_OUT_LOOK between two looks, all tasks together.  A task whose write
- * finds the space short keeps no more output in that run (its output
- * stops, marked output_truncated; a gap in the middle would mislead).  The
- * log says when output stops being kept and when it is kept again.
+ * refused.  So output_keep_free bytes of it stay free of output (counted
+ * in statvfs's f_bavail, what is left to unprivileged users: a rokd
+ * running as root may still use the blocks kept for root for its
+ * journal).  Looking costs a statvfs, so it is done once per EXEC_OUT_LOOK
+ * bytes written by all tasks together, each new file counted as
+ * EXEC_OUT_FILE bytes more (a file takes at least a block, up to 64 KiB
+ * with large pages), and at every write while the last look found the
+ * space short.  Since up to EXEC_OUT_LOOK may go out between two looks, a
+ * look finds the space short once less than that is left above the mark;
+ * and only once twice that is free again is output kept again, so that a
+ * file system near the mark does not flip the state (and the log) at
+ * every look.  A task whose write finds the space short keeps no more
+ * output in that run (its output stops, marked output_truncated; a gap in
+ * the middle would mislead).  The log says when output stops being kept
+ * and when it is kept again.
  *
  * Only the exec task that owns an exec_out touches it (one worker at a
- * time); writes go to the page cache, never fsync'd.
+ * time); writes go to the page cache, never fsync'd.  The count of bytes
+ * since the last look and the state it found are the process's, shared by
+ * every worker: atomics, and one look at a time (exec_out_look).
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,14 +156,23 @@ void exec_out_forget(uint64_t id)
 }
 
 /* Bytes of output between two looks at the free space (see the top). */
-#define EXEC_OUT_LOOK (1u << 20)
+#define EXEC_OUT_LOOK (1ull << 20)
+/* What a new output file counts for, beyond its bytes. */
+#define EXEC_OUT_FILE 65536
 /* output_keep_free's default: 5 % of the file system, at most this. */
 #define EXEC_OUT_KEEP_FREE_MAX (256ull << 20)
 
-/* Written since the last look; the first write looks.  Relaxed, both:
- * a look a write or two late is within the overshoot said above. */
-static _Atomic uint64_t exec_out_unlooked = EXEC_OUT_LOOK;
+/* Bytes written, counted from LOOK - 1 so that the first write looks: a
+ * write whose bytes take the count past a multiple of EXEC_OUT_LOOK looks
+ * (never reset, so no count is lost; 2^64 bytes are never written).
+ * Relaxed, both: nothing else is published through them, and a write
+ * that reads `short` just before a look changes it is one more write
+ * within the overshoot said at the top. */
+static _Atomic uint64_t exec_out_written = EXEC_OUT_LOOK - 1;
 static _Atomic bool exec_out_short;
+/* One look at a time: a look that ended later but began earlier would
+ * leave an older state. */
+static pthread_mutex_t exec_out_look_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The bytes to leave free on a file system of `size` bytes. */
 static uint64_t exec_out_keep_free(uint64_t size)
@@ -168,38 +185,55 @@ static uint64_t exec_out_keep_free(uint64_t size)
 	return keep < EXEC_OUT_KEEP_FREE_MAX ? keep : EXEC_OUT_KEEP_FREE_MAX;
 }
 
-/* Whether `bytes` more output leave output_keep_free free: any thread. */
-static bool exec_out_room(uint64_t bytes)
+/* Looks at the free space: whether output may be kept.  One thread at a
+ * time; a thread that finds another looking takes the state it has. */
+static bool exec_out_look(void)
 {
-	uint64_t seen = atomic_fetch_add_explicit(&exec_out_unlooked, bytes,
-	                                          memory_order_relaxed) + bytes;
-
-	if (seen < EXEC_OUT_LOOK &&
-	    !atomic_load_explicit(&exec_out_short, memory_order_relaxed))
-		return true;
-	atomic_store_explicit(&exec_out_unlooked, 0, memory_order_relaxed);
+	if (pthread_mutex_trylock(&exec_out_look_lock) != 0)
+		return !atomic_load_explicit(&exec_out_short,
+		                             memory_order_relaxed);
+	bool was = atomic_load_explicit(&exec_out_short, memory_order_relaxed);
+	bool is = was;
 	char path[4096];
 	struct statvfs fs;
 	snprintf(path, sizeof(path), "%s/output", config.state_dir);
-	if (statvfs(path, &fs) != 0)
-		return true;   /* cannot tell: a failed write will say */
-	/* Cannot overflow: a file system's size. */
-	uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
-	uint64_t keep = exec_out_keep_free((uint64_t)fs.f_blocks * fs.f_frsize);
-	bool is_short = avail < keep || avail - keep < bytes;
-	if (atomic_exchange_explicit(&exec_out_short, is_short,
-	                             memory_order_relaxed) != is_short) {
-		if (is_short)
+	if (statvfs(path, &fs) == 0) {
+		/* Cannot overflow: a file system's size.  keep is at most
+		 * 2^50 (config.c), so keep + 2 looks cannot either. */
+		uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+		uint64_t keep = exec_out_keep_free((uint64_t)fs.f_blocks *
+		                                   fs.f_frsize);
+		is = avail < keep + (was ? 2 : 1) * EXEC_OUT_LOOK;
+		if (is && !was)
 			log_warnx("%s: %llu bytes free, output_keep_free is "
 			          "%llu: exec tasks' output is no longer kept "
 			          "(marked output_truncated) until there is "
 			          "room again", path, (unsigned long long)avail,
 			          (unsigned long long)keep);
-		else
+		else if (was && !is)
 			log_info("%s: %llu bytes free: exec tasks' output is "
 			         "kept again", path, (unsigned long long)avail);
+		atomic_store_explicit(&exec_out_short, is,
+		                      memory_order_relaxed);
 	}
-	return !is_short;
+	/* Else it cannot tell: the state stays, and a failed write says. */
+	pthread_mutex_unlock(&exec_out_look_lock);
+	return !is;
+}
+
+/* Whether `bytes` more output (in a new file: `create`) may be kept: any
+ * thread. */
+static bool exec_out_room(uint64_t bytes, bool create)
+{
+	if (create)
+		bytes += EXEC_OUT_FILE;
+	uint64_t before = atomic_fetch_add_explicit(&exec_out_written, bytes,
+	                                            memory_order_relaxed);
+
+	if (before / EXEC_OUT_LOOK == (before + bytes) / EXEC_OUT_LOOK &&
+	    !atomic_load_explicit(&exec_out_short, memory_order_relaxed))
+		return true;
+	return exec_out_look();
 }
 
 void exec_out_init(struct exec_out *o, uint64_t id, uint64_t cap)
@@ -251,7 +285,7 @@ void exec_out_append(struct exec_out *o, int stream, const uint8_t *buf,
 		size_t k = n > EXEC_REC_MAX ? EXEC_REC_MAX : n;
 		if (k > room - EXEC_REC_HDR)
 			k = (size_t)(room - EXEC_REC_HDR);
-		if (!exec_out_room(EXEC_REC_HDR + k)) {
+		if (!exec_out_room(EXEC_REC_HDR + k, o->fd < 0)) {
 			o->err = -ENOSPC;
 			break;
 		}

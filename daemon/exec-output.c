@@ -186,12 +186,12 @@ static uint64_t exec_out_keep_free(uint64_t size)
 }
 
 /* Looks at the free space: whether output may be kept.  One thread at a
- * time; a thread that finds another looking takes the state it has. */
+ * time, each looking itself (a statvfs, once per MiB): taking the state a
+ * descheduled look has not updated yet would let every other writer past
+ * the mark meanwhile. */
 static bool exec_out_look(void)
 {
-	if (pthread_mutex_trylock(&exec_out_look_lock) != 0)
-		return !atomic_load_explicit(&exec_out_short,
-		                             memory_order_relaxed);
+	pthread_mutex_lock(&exec_out_look_lock);
 	bool was = atomic_load_explicit(&exec_out_short, memory_order_relaxed);
 	bool is = was;
 	char path[4096];

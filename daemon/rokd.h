@@ -78,8 +78,9 @@ struct config {
 	bool root;                  /* running as root */
 	/* exec tasks */
 	uint64_t max_task_output;   /* bytes of output kept per task */
-	/* Bytes left free on the state file system below which output is
-	 * no longer kept; CONFIG_KEEP_FREE_AUTO: exec-output.c decides. */
+	/* Bytes of the state file system that output leaves free: it is
+	 * no longer kept within 1 MiB of them (exec-output.c); 0: no mark;
+	 * CONFIG_KEEP_FREE_AUTO: exec-output.c decides. */
 	uint64_t output_keep_free;
 	uint64_t kill_grace_ms;     /* SIGTERM to SIGKILL, default */
 	/* journal */

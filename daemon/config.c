@@ -192,17 +192,19 @@ static int config_set(struct config *c, const char *key, const char *v,
 		int size;              /* 0: string, -1: duration in ms, -2: duration
 		                          in ns where 0 also means none, else bytes
 		                          of integer */
-		uint64_t max;
+		uint64_t min, max;     /* integers: 0 only where it means
+		                          something (CFG_U0) */
 	} keys[] = {
-#define CFG_U(k, f, m) { k, offsetof(struct config, f), sizeof(((struct config *)0)->f), m }
-#define CFG_S(k, f) { k, offsetof(struct config, f), 0, 0 }
-#define CFG_D(k, f) { k, offsetof(struct config, f), -1, 0 }   /* ms */
-#define CFG_DNS(k, f) { k, offsetof(struct config, f), -2, 0 } /* ns, or 0 */
+#define CFG_U(k, f, m) { k, offsetof(struct config, f), sizeof(((struct config *)0)->f), 1, m }
+#define CFG_U0(k, f, m) { k, offsetof(struct config, f), sizeof(((struct config *)0)->f), 0, m }
+#define CFG_S(k, f) { k, offsetof(struct config, f), 0, 0, 0 }
+#define CFG_D(k, f) { k, offsetof(struct config, f), -1, 0, 0 }   /* ms */
+#define CFG_DNS(k, f) { k, offsetof(struct config, f), -2, 0, 0 } /* ns, or 0 */
 		CFG_S("socket", socket_path),
 		CFG_S("state_dir", state_dir),
 		CFG_S("socket_group", socket_group),
 		CFG_S("metrics_listen", metrics_listen),
-		CFG_U("workers", workers, 1024),
+		CFG_U0("workers", workers, 1024),      /* 0: one per CPU */
 		CFG_U("max_frame", max_frame, 64u << 20),
 		CFG_U("max_in_flight", max_in_flight, 1u << 20),
 		CFG_U("max_output", max_output, 1ull << 32),
@@ -228,7 +230,7 @@ static int config_set(struct config *c, const char *key, const char *v,
 		CFG_U("watch_lag_max", watch_lag_max, 1u << 24),
 		/* exec tasks */
 		CFG_U("max_task_output", max_task_output, 1ull << 40),
-		CFG_U("output_keep_free", output_keep_free, 1ull << 50),
+		CFG_U0("output_keep_free", output_keep_free, 1ull << 50),
 		CFG_D("kill_grace", kill_grace_ms),
 		/* journal */
 		CFG_U("keep_finished", keep_finished, 1ull << 40),
@@ -240,6 +242,7 @@ static int config_set(struct config *c, const char *key, const char *v,
 		CFG_S("slurm_output_dir", slurm_output_dir),
 #undef CFG_DNS
 #undef CFG_D
+#undef CFG_U0
 #undef CFG_U
 #undef CFG_S
 	};
@@ -300,11 +303,7 @@ static int config_set(struct config *c, const char *key, const char *v,
 			return 0;
 		}
 		uint64_t n;
-		/* 0 means something for these two (one worker per CPU;
-		 * no mark), for the rest nothing sensible. */
-		if (config_uint(v, keys[i].max, &n) < 0 ||
-		    (n == 0 && strcmp(key, "workers") != 0 &&
-		     strcmp(key, "output_keep_free") != 0)) {
+		if (config_uint(v, keys[i].max, &n) < 0 || n < keys[i].min) {
 			snprintf(err, len, "%s: not a number in range: %s", key, v);
 			return -1;
 		}

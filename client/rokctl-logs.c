@@ -78,6 +78,7 @@ int logs_stream(struct rokctl *ctx, uint64_t id, bool follow)
 		if (t->output_truncated)
 			rokctl_err(ctx, 0, "task %llu: the daemon kept only "
 				   "part of its output (max_task_output, "
+				   "max_kept_output_per_user, "
 				   "output_keep_free)",
 				   (unsigned long long)id);
 		if (follow)

@@ -89,6 +89,7 @@ void config_defaults(struct config *c)
 	c->watch_lag_max = 16384;
 	c->max_task_output = 64ull << 20;
 	c->output_keep_free = CONFIG_KEEP_FREE_AUTO;
+	c->max_kept_output_per_user = CONFIG_KEPT_AUTO;
 	c->kill_grace_ms = 5000;
 	c->slurm_poll_interval_ms = 1000;
 	/* journal */
@@ -231,6 +232,8 @@ static int config_set(struct config *c, const char *key, const char *v,
 		/* exec tasks */
 		CFG_U("max_task_output", max_task_output, 1ull << 40),
 		CFG_U0("output_keep_free", output_keep_free, 1ull << 50),
+		CFG_U("max_kept_output_per_user", max_kept_output_per_user,
+		      1ull << 50),
 		CFG_D("kill_grace", kill_grace_ms),
 		/* journal */
 		CFG_U("keep_finished", keep_finished, 1ull << 40),

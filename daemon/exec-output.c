@@ -12,9 +12,10 @@
  * O_NOFOLLOW (nothing planted under the name is followed or written), in a
  * directory that must be rokd's own, not a link (exec_output_init):
  * clients read it through the socket (`rokctl logs`), with the usual
- * per-uid check.  A file under an id the journal has not handed out yet
- * (left by a journal that was deleted or replaced) is removed at start
- * (exec_output_sweep), so no new task is ever shown another's output.
+ * per-uid check.  A file under an id the journal has no task of (left by
+ * a journal that was deleted or replaced, or by a prune that a crash cut
+ * short) is removed at start (exec_output_scan), so no new task is ever
+ * shown another's output.
  *
  * Format: a sequence of records, each a 1-byte stream (1 stdout, 2 stderr),
  * a 4-byte big-endian length, then that many bytes (at most EXEC_REC_MAX).
@@ -49,6 +50,14 @@
  * the middle would mislead).  The log says when output stops being kept
  * and when it is kept again.
  *
+ * Nor may one user's output take everyone else's room, down to that mark:
+ * the output files of a uid's tasks together hold at most
+ * max_kept_output_per_user bytes (quota.c counts them: each record before
+ * it is written, each file removed, and at start, before any task runs,
+ * every file there is: exec_output_scan).  A task whose record would pass
+ * its uid's cap stops keeping output the same way.  The cap counts file
+ * sizes, not blocks: the mark above is what guards the blocks.
+ *
  * Only the exec task that owns an exec_out touches it (one worker at a
  * time); writes go to the page cache, never fsync'd.  The count of bytes
  * since the last look and the state it found are the process's, shared by
@@ -68,6 +77,7 @@
 #include <unistd.h>
 
 #include "exec.h"
+#include "journal.h"
 #include "rokd.h"
 
 int exec_output_init(void)
@@ -104,31 +114,74 @@ static const char *exec_output_suffix(void)
 	return config.durability_off ? ".mem" : ".log";
 }
 
-int exec_output_sweep(uint64_t next_id)
+/* The file system's size, from the last statvfs (0: not known yet), for
+ * max_kept_output_per_user's default.  Relaxed: it stands alone. */
+static _Atomic uint64_t exec_out_fs_size;
+
+static void exec_out_note_size(const struct statvfs *fs)
+{
+	atomic_store_explicit(&exec_out_fs_size,
+	                      (uint64_t)fs->f_blocks * fs->f_frsize,
+	                      memory_order_relaxed);
+}
+
+uint64_t exec_output_kept_auto(void)
+{
+	uint64_t size = atomic_load_explicit(&exec_out_fs_size,
+	                                     memory_order_relaxed);
+	return size != 0 ? size / 4 : UINT64_MAX;
+}
+
+int exec_output_scan(void)
 {
 	char path[4096];
+	struct statvfs fs;
 
 	if (snprintf(path, sizeof(path), "%s/output", config.state_dir) >=
 	    (int)sizeof(path))
 		return -ENAMETOOLONG;
+	if (statvfs(path, &fs) == 0)
+		exec_out_note_size(&fs);
 	DIR *d = opendir(path);
 	if (d == NULL)
 		return -errno;
 	int dfd = dirfd(d), err = 0;
-	for (struct dirent *e; (e = readdir(d)) != NULL;) {
+	uint64_t files = 0, bytes = 0;
+	for (struct dirent *e; err == 0 && (e = readdir(d)) != NULL;) {
 		char *end;
 		errno = 0;
 		unsigned long long id = strtoull(e->d_name, &end, 10);
 		if (errno != 0 || end == e->d_name ||
 		    e->d_name[0] < '1' || e->d_name[0] > '9')
 			continue;
-		/* A journal's files from its next id on; an unjournaled
-		 * run's (".mem") always: nothing remembers their tasks. */
-		bool stale = strcmp(end, ".mem") == 0 ||
-		             (strcmp(end, ".log") == 0 && id >= next_id &&
-		              !config.durability_off);
-		if (!stale)
+		/* A journal's files are kept, unread, by a run without one
+		 * (".mem" names its own), for a later start with it. */
+		bool mem = strcmp(end, ".mem") == 0;
+		if (!mem && (strcmp(end, ".log") != 0 || config.durability_off))
 			continue;
+		uid_t uid;
+		int r = mem ? -ENOENT : journal_read_owner(id, &uid);
+		struct stat st;
+		if (r == 0) {
+			if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+				if (errno != ENOENT)
+					err = -errno;
+				continue;
+			}
+			(void)quota_add(uid, QUOTA_KEPT, (int64_t)st.st_size);
+			files++;
+			bytes += (uint64_t)st.st_size;
+			continue;
+		}
+		if (r != -ENOENT) {
+			err = r;
+			break;
+		}
+		/* No task has it: nothing remembers a run without a journal's
+		 * tasks; a journal's task was pruned (a crash between the
+		 * prune's commit and its unlink), or the file was left by a
+		 * journal since deleted or replaced, and must never show as a
+		 * new task's. */
 		if (unlinkat(dfd, e->d_name, 0) != 0 && errno != ENOENT) {
 			err = -errno;
 			log_errno(errno, "%s/%s: a stale output file", path,
@@ -136,6 +189,9 @@ int exec_output_sweep(uint64_t next_id)
 		}
 	}
 	closedir(d);
+	if (err == 0 && files > 0)
+		log_info("%s: %llu bytes of output in %llu files", path,
+		         (unsigned long long)bytes, (unsigned long long)files);
 	return err;
 }
 
@@ -145,14 +201,26 @@ void exec_output_path(uint64_t id, char *buf, size_t len)
 	         (unsigned long long)id, exec_output_suffix());
 }
 
-void exec_out_forget(uint64_t id)
+void exec_out_forget(uint64_t id, uid_t uid)
 {
 	char path[4096];
+	struct stat st;
 
 	exec_output_path(id, path, sizeof(path));
-	if (unlink(path) != 0 && errno != ENOENT)
-		log_errno(errno, "task %llu: removing %s",
-		          (unsigned long long)id, path);
+	/* Nothing writes the file meanwhile: its task is not running. */
+	if (lstat(path, &st) != 0) {
+		if (errno != ENOENT)
+			log_errno(errno, "task %llu: %s", (unsigned long long)id,
+			          path);
+		return;
+	}
+	if (unlink(path) != 0) {
+		if (errno != ENOENT)
+			log_errno(errno, "task %llu: removing %s",
+			          (unsigned long long)id, path);
+		return;
+	}
+	(void)quota_add(uid, QUOTA_KEPT, -(int64_t)st.st_size);
 }
 
 /* Bytes of output between two looks at the free space (see the top). */
@@ -198,6 +266,7 @@ static bool exec_out_look(void)
 	struct statvfs fs;
 	snprintf(path, sizeof(path), "%s/output", config.state_dir);
 	if (statvfs(path, &fs) == 0) {
+		exec_out_note_size(&fs);
 		/* Cannot overflow: a file system's size.  keep is at most
 		 * 2^50 (config.c), so keep + 2 looks cannot either. */
 		uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
@@ -236,9 +305,11 @@ static bool exec_out_room(uint64_t bytes, bool create)
 	return exec_out_look();
 }
 
-void exec_out_init(struct exec_out *o, uint64_t id, uint64_t cap)
+void exec_out_init(struct exec_out *o, uint64_t id, uid_t uid,
+                   uint64_t cap)
 {
 	o->id = id;
+	o->uid = uid;
 	o->fd = -1;
 	o->kept = 0;
 	o->cap = cap;
@@ -289,6 +360,21 @@ void exec_out_append(struct exec_out *o, int stream, const uint8_t *buf,
 			o->err = -ENOSPC;
 			break;
 		}
+		int q = quota_add_within(o->uid, QUOTA_KEPT, EXEC_REC_HDR + k);
+		if (q != QUOTA_ADDED) {
+			if (q == QUOTA_FULL_NEWS) {
+				char why[160];
+				quota_explain(o->uid, QUOTA_KEPT, why,
+				              sizeof(why));
+				log_warnx("task %llu: %s: the output of uid %u's "
+				          "tasks is no longer kept (marked "
+				          "output_truncated) until a prune makes "
+				          "room", (unsigned long long)o->id, why,
+				          (unsigned)o->uid);
+			}
+			o->err = -EDQUOT;
+			break;
+		}
 		if (o->fd < 0) {
 			char path[4096];
 			exec_output_path(o->id, path, sizeof(path));
@@ -301,6 +387,8 @@ void exec_out_append(struct exec_out *o, int stream, const uint8_t *buf,
 			             O_NOFOLLOW | O_CLOEXEC, 0600);
 			if (o->fd < 0) {
 				o->err = -errno;
+				(void)quota_add(o->uid, QUOTA_KEPT,
+				                -(int64_t)(EXEC_REC_HDR + k));
 				log_errno(-o->err, "task %llu: cannot keep its "
 				          "output: %s", (unsigned long long)o->id,
 				          path);
@@ -318,6 +406,13 @@ void exec_out_append(struct exec_out *o, int stream, const uint8_t *buf,
 		};
 		int err = exec_out_writev(o->fd, iov, 2);
 		if (err < 0) {
+			/* Counted is what the file holds: part of the record
+			 * may be in it. */
+			struct stat st;
+			uint64_t want = o->kept + EXEC_REC_HDR + k;
+			if (fstat(o->fd, &st) == 0 && (uint64_t)st.st_size < want)
+				(void)quota_add(o->uid, QUOTA_KEPT,
+				                -(int64_t)(want - (uint64_t)st.st_size));
 			o->err = err;
 			o->truncated = true;
 			log_errno(-err, "task %llu: writing its output",

@@ -169,7 +169,8 @@ static void exec_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 	                                                 : CONFIG_LIMIT(kill_grace_ms));
 	j->end_how = RT_SUCCEEDED;
 	atomic_init(&j->cancel_req, false);
-	exec_out_init(&j->out, j->id, CONFIG_LIMIT(max_task_output));
+	exec_out_init(&j->out, j->id, j->uid,
+	              CONFIG_LIMIT(max_task_output));
 	if (j->argv == NULL || j->env == NULL ||
 	    (spec->cwd.len > 0 && j->cwd == NULL) ||
 	    (spec->stdin.len > 0 && j->in == NULL)) {
@@ -217,7 +218,7 @@ static int exec_start(struct exec_job *j)
 		exec_fail(j, "exec tasks are not available in this process");
 		return -1;
 	}
-	exec_out_forget(j->id);
+	exec_out_forget(j->id, j->uid);
 	r->owner = j->uid;
 	bool change = config.root && j->uid != 0;
 	if (change || j->clean_env) {

@@ -228,6 +228,7 @@ size_t exec_orphans_kill(struct exec_orphans_group *g, size_t n);
 /* The capture of one task's output.  Owned by its exec task. */
 struct exec_out {
 	uint64_t id;
+	uid_t uid;                  /* whose max_kept_output_per_user counts it */
 	int fd;                     /* -1 until the first byte */
 	uint64_t kept;              /* bytes of the file: records, headers too */
 	uint64_t cap;
@@ -244,16 +245,23 @@ struct exec_out {
 
 /* Main thread: creates <state_dir>/output.  0 or -errno. */
 int exec_output_init(void);
-/* Main thread, after the journal's recovery: removes the output files of
- * ids >= next_id, which no task of this journal has (left by a journal
- * that was deleted or replaced).  0 or -errno (logged). */
-int exec_output_sweep(uint64_t next_id);
-void exec_out_init(struct exec_out *o, uint64_t id, uint64_t cap);
-/* Removes the output file of task `id` if there is one (any thread): at
- * the start of a run, the file of an earlier run of the same id (a retry
- * after a crash), so a silent task shows no output but its own; and when
- * the journal prunes the task. */
-void exec_out_forget(uint64_t id);
+/* Main thread, before the journal's recovery starts any task: counts each
+ * output file against its task's uid (max_kept_output_per_user) and
+ * removes those of no task (no journal row, or a run without a journal's
+ * ".mem").  0 or -errno (logged). */
+int exec_output_scan(void);
+/* max_kept_output_per_user's default (CONFIG_KEPT_AUTO): a quarter of the
+ * state file system; UINT64_MAX while its size is not known.  Any
+ * thread. */
+uint64_t exec_output_kept_auto(void);
+void exec_out_init(struct exec_out *o, uint64_t id, uid_t uid,
+                   uint64_t cap);
+/* Removes the output file of task `id` (run as `uid`) if there is one,
+ * and gives its bytes back to uid (any thread): at the start of a run,
+ * the file of an earlier run of the same id (a retry after a crash), so a
+ * silent task shows no output but its own; and when the journal prunes
+ * the task. */
+void exec_out_forget(uint64_t id, uid_t uid);
 /* Appends n bytes of `stream` (records of at most EXEC_REC_MAX) while the
  * file, headers included, stays within the cap; past it marks the output
  * truncated and drops the bytes. */

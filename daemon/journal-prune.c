@@ -9,7 +9,8 @@
  * go in chunks of JOURNAL_PRUNE_CHUNK, each chunk its own transaction, so a
  * large prune never makes one huge transaction; a chunk's output files are
  * unlinked after it committed (a crash in between leaves an orphan file,
- * never a row whose output is gone).  Between chunks the prune yields
+ * which the next start removes, never a row whose output is gone), and
+ * their bytes given back to their uids' max_kept_output_per_user.  Between chunks the prune yields
  * (journal_prune_yield): what was queued meanwhile is committed and
  * answered, so spawns wait for one chunk, not for the whole prune, and
  * rokd's stop ends the prune there (the next one does the rest).  Each
@@ -62,12 +63,13 @@ static int journal_prune_cutoff(sqlite3 *db, uint64_t keep, uint64_t *cut)
 }
 
 /*
- * Deletes the n rows ids in one transaction, then forgets them and their
- * output files; adds n to *total.  SQLITE_OK or the error (rolled back).
+ * Deletes the n rows ids (of tasks run as uids) in one transaction, then
+ * forgets them and their output files; adds n to *total.  SQLITE_OK or
+ * the error (rolled back).
  */
 static int journal_prune_delete(sqlite3 *db, sqlite3_stmt *del,
-                                const uint64_t *ids, size_t n,
-                                int64_t *total)
+                                const uint64_t *ids, const uid_t *uids,
+                                size_t n, int64_t *total)
 {
 	int rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
 
@@ -92,7 +94,7 @@ static int journal_prune_delete(sqlite3 *db, sqlite3_stmt *del,
 	}
 	for (size_t i = 0; i < n; i++) {
 		tasktab_forget(ids[i]);
-		exec_out_forget(ids[i]);
+		exec_out_forget(ids[i], uids[i]);
 	}
 	*total += (int64_t)n;
 	return SQLITE_OK;
@@ -100,8 +102,9 @@ static int journal_prune_delete(sqlite3 *db, sqlite3_stmt *del,
 
 /*
  * Deletes, a chunk per transaction, the rows `sel` names: its ?1 is the id
- * to continue after (it returns ids in increasing order, at most
- * JOURNAL_PRUNE_CHUNK), its other parameters are bound by the caller.
+ * to continue after (it returns ids and uids in increasing order of id, at
+ * most JOURNAL_PRUNE_CHUNK), its other parameters are bound by the
+ * caller.
  * Adds the count to *total; SQLITE_OK, SQLITE_INTERRUPT when rokd stops
  * between two chunks, or the error.
  */
@@ -109,21 +112,24 @@ static int journal_prune_chunks(sqlite3 *db, sqlite3_stmt *sel,
                                 sqlite3_stmt *del, int64_t *total)
 {
 	uint64_t after = 0, ids[JOURNAL_PRUNE_CHUNK];
+	uid_t uids[JOURNAL_PRUNE_CHUNK];
 	int rc;
 
 	for (;;) {
 		size_t n = 0;
 		sqlite3_bind_int64(sel, 1, (sqlite3_int64)after);
 		while (n < JOURNAL_PRUNE_CHUNK &&
-		       (rc = sqlite3_step(sel)) == SQLITE_ROW)
-			ids[n++] = (uint64_t)sqlite3_column_int64(sel, 0);
+		       (rc = sqlite3_step(sel)) == SQLITE_ROW) {
+			ids[n] = (uint64_t)sqlite3_column_int64(sel, 0);
+			uids[n++] = (uid_t)sqlite3_column_int64(sel, 1);
+		}
 		sqlite3_reset(sel);
 		if (n < JOURNAL_PRUNE_CHUNK && rc != SQLITE_DONE)
 			return rc;
 		if (n == 0)
 			return SQLITE_OK;
-		if ((rc = journal_prune_delete(db, del, ids, n, total)) !=
-		    SQLITE_OK)
+		if ((rc = journal_prune_delete(db, del, ids, uids, n,
+		                               total)) != SQLITE_OK)
 			return rc;
 		after = ids[n - 1];
 		if (n < JOURNAL_PRUNE_CHUNK)
@@ -260,6 +266,7 @@ static int journal_prune_per_user(sqlite3 *db, sqlite3_stmt *del,
 	struct journal_prune_users us = { NULL, 0, 0 };
 	sqlite3_stmt *sel = NULL;
 	uint64_t top = 0, after = 0, ids[JOURNAL_PRUNE_CHUNK];
+	uid_t uids[JOURNAL_PRUNE_CHUNK];
 	int rc = journal_prune_count(db, keep_per_user, &us);
 
 	for (size_t i = 0; rc == SQLITE_OK && us.slot != NULL && i <= us.mask;
@@ -291,13 +298,15 @@ static int journal_prune_per_user(sqlite3 *db, sqlite3_stmt *del,
 				rc = SQLITE_NOMEM;
 				break;
 			}
-			if (u->seen > keep_per_user && id < u->cut)
-				ids[n++] = id;
+			if (u->seen > keep_per_user && id < u->cut) {
+				ids[n] = id;
+				uids[n++] = (uid_t)sqlite3_column_int64(sel, 1);
+			}
 		}
 		sqlite3_reset(sel);
 		if (rc != SQLITE_DONE)
 			break;
-		rc = n > 0 ? journal_prune_delete(db, del, ids, n, total)
+		rc = n > 0 ? journal_prune_delete(db, del, ids, uids, n, total)
 		           : SQLITE_OK;
 		if (rc != SQLITE_OK || read < JOURNAL_PRUNE_CHUNK)
 			break;
@@ -331,9 +340,10 @@ int64_t journal_prune_run(sqlite3 *db, uint64_t before_us, uint64_t keep,
 	if (rc != SQLITE_OK)
 		goto fail;
 	if (cut != 0 || before_us != 0) {
-		rc = sqlite3_prepare_v2(db, "SELECT id FROM tasks WHERE id > ?1 "
-		                        "AND state >= 3 AND (id < ?2 OR "
-		                        "finished_us < ?3) ORDER BY id LIMIT ?4",
+		rc = sqlite3_prepare_v2(db, "SELECT id, uid FROM tasks WHERE "
+		                        "id > ?1 AND state >= 3 AND (id < ?2 "
+		                        "OR finished_us < ?3) ORDER BY id "
+		                        "LIMIT ?4",
 		                        -1, &sel, NULL);
 		if (rc != SQLITE_OK)
 			goto fail;

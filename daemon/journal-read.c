@@ -192,6 +192,32 @@ int journal_read_info(uint64_t id, uid_t uid, TaskInfo *info)
 	return code;
 }
 
+int journal_read_owner(uint64_t id, uid_t *uid)
+{
+	int err = -ENOENT;
+
+	if (id > INT64_MAX)
+		return err;
+	pthread_mutex_lock(&jread.lock);
+	if (jread.db == NULL) {
+		pthread_mutex_unlock(&jread.lock);
+		return err;
+	}
+	sqlite3_bind_int64(jread.info, 1, (sqlite3_int64)id);
+	int rc = sqlite3_step(jread.info);
+	if (rc == SQLITE_ROW) {
+		*uid = (uid_t)sqlite3_column_int64(jread.info, 0);
+		err = 0;
+	} else if (rc != SQLITE_DONE) {
+		log_warnx("journal: reading task %llu: %s",
+		          (unsigned long long)id, sqlite3_errmsg(jread.db));
+		err = -EIO;
+	}
+	sqlite3_reset(jread.info);
+	pthread_mutex_unlock(&jread.lock);
+	return err;
+}
+
 int journal_read_ids(uid_t uid, int state, const char *group,
                      uint64_t after, size_t limit, uint64_t *ids)
 {

@@ -227,6 +227,8 @@ void journal_read_close(void);
 /* Fills info from the journal for `id` as `uid` sees it: 0, or
  * ROK__V1__ERROR_CODE__NOT_FOUND / __PERMISSION_DENIED. */
 int journal_read_info(uint64_t id, uid_t uid, TaskInfo *info);
+/* The uid that task `id` runs as: 0, -ENOENT (no such row) or -EIO. */
+int journal_read_owner(uint64_t id, uid_t *uid);
 /* Ids of journaled tasks above `after`, visible to uid, in `state` (0:
  * any), of `group` (NULL: any; "default" takes in tasks without one), in
  * id order: up to `limit` into ids[]; the count, or -errno. */

@@ -5,10 +5,13 @@
  *
  * Counted here: connections (max_connections_per_user), requests in flight
  * (max_waits_per_user: every request counted by conn_begin_wait, over all of
- * the uid's connections), logs and watch streams (max_followers_per_user)
- * and the bytes of replies queued on all of the uid's connections
+ * the uid's connections), logs and watch streams (max_followers_per_user),
+ * the bytes of replies queued on all of the uid's connections
  * (max_output_per_user, counted by quota_add in 64 KiB steps of each
- * connection, see conn_out_cb).  Queued tasks (max_queued_per_user),
+ * connection, see conn_out_cb), and the bytes of the output files of
+ * the uid's exec tasks (max_kept_output_per_user: exec-output.c counts
+ * each write with quota_add_within and each file removed, and at start
+ * every file there is).  Queued tasks (max_queued_per_user),
  * queued + running tasks (max_running_per_user) and the bytes of their
  * arguments and results (max_task_bytes_per_user) are counted by
  * tasktab.c under the task table's lock, which every change of a task's
@@ -28,7 +31,8 @@
  * delivered (or dropped, the connection being closed), as for a job in the
  * pool.
  *
- * Any thread (today the reactor's; task quotas will come from workers): one
+ * Any thread (the reactor's; workers for output, the journal thread for
+ * the output a prune removes): one
  * mutex over a small hash table of the uids that hold something.  An entry
  * is freed when its uid holds nothing, so the table's size follows the
  * number of users active at once, not of users ever seen.
@@ -37,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "exec.h"
 #include "rokd.h"
 
 #define QUOTA_BUCKETS 256
@@ -44,6 +49,7 @@
 struct quota_user {
 	uid_t uid;
 	uint64_t held[QUOTA_NKINDS];
+	bool full[QUOTA_NKINDS];           /* refused since below its cap */
 	unsigned running;                  /* jobs in the blocking pool */
 	struct quota_job *head, **tail;    /* queued jobs, FIFO */
 	struct quota_user *next;
@@ -62,6 +68,8 @@ static const struct {
 	[QUOTA_WAITS] = { "max_waits_per_user", "requests in flight" },
 	[QUOTA_FOLLOWERS] = { "max_followers_per_user", "logs and watch streams" },
 	[QUOTA_OUTPUT] = { "max_output_per_user", "bytes of unread replies" },
+	[QUOTA_KEPT] = { "max_kept_output_per_user",
+	                 "bytes of exec output kept" },
 	[QUOTA_QUEUED] = { "max_queued_per_user", "queued tasks" },
 	[QUOTA_RUNNING] = { "max_running_per_user",
 	                    "queued and running tasks" },
@@ -77,6 +85,10 @@ uint64_t quota_cap(int kind)
 	case QUOTA_WAITS: return CONFIG_LIMIT(max_waits_per_user);
 	case QUOTA_FOLLOWERS: return CONFIG_LIMIT(max_followers_per_user);
 	case QUOTA_OUTPUT: return CONFIG_LIMIT(max_output_per_user);
+	case QUOTA_KEPT: {
+		uint64_t cap = CONFIG_LIMIT(max_kept_output_per_user);
+		return cap != CONFIG_KEPT_AUTO ? cap : exec_output_kept_auto();
+	}
 	case QUOTA_QUEUED: return CONFIG_LIMIT(max_queued_per_user);
 	case QUOTA_RUNNING: return CONFIG_LIMIT(max_running_per_user);
 	case QUOTA_TASK_BYTES: return CONFIG_LIMIT(max_task_bytes_per_user);
@@ -157,10 +169,32 @@ bool quota_add(uid_t uid, int kind, int64_t delta)
 		else
 			u->held[kind] += d;
 		over = u->held[kind] > quota_cap(kind);
+		if (u->held[kind] < quota_cap(kind))
+			u->full[kind] = false;
 		quota_drop_if_idle(u);
 	}
 	pthread_mutex_unlock(&quota.lock);
 	return over;
+}
+
+int quota_add_within(uid_t uid, int kind, uint64_t delta)
+{
+	pthread_mutex_lock(&quota.lock);
+	struct quota_user *u = quota_find(uid, true);
+	uint64_t cap = quota_cap(kind);
+	int r = QUOTA_FULL;
+	/* Out of memory: refused, like any resource that cannot be had. */
+	if (u != NULL && u->held[kind] <= cap && delta <= cap - u->held[kind]) {
+		u->held[kind] += delta;
+		r = QUOTA_ADDED;
+	} else if (u != NULL && !u->full[kind]) {
+		u->full[kind] = true;
+		r = QUOTA_FULL_NEWS;
+	}
+	if (u != NULL)
+		quota_drop_if_idle(u);
+	pthread_mutex_unlock(&quota.lock);
+	return r;
 }
 
 bool quota_over(uid_t uid, int kind)

@@ -339,6 +339,7 @@ static void rokd_reload_apply(void *arg)
 	ROKD_SET(watch_lag_max);
 	ROKD_SET(max_task_output);
 	ROKD_SET(output_keep_free);
+	ROKD_SET(max_kept_output_per_user);
 	ROKD_SET(kill_grace_ms);
 	ROKD_SET(keep_finished);
 	ROKD_SET(keep_finished_for_ns);
@@ -459,6 +460,13 @@ int main(int argc, char **argv)
 		       "directory of its own)"
 		       : err == -EPERM ? "not a directory of rokd's uid that "
 		       "group and others may not write" : strerror(-err));
+	/* Before the recovery starts tasks, which write output: what each
+	 * uid's output holds; and no output of a task the journal does not
+	 * have (a deleted or replaced journal.db's) may show as a new
+	 * task's. */
+	if ((err = exec_output_scan()) < 0)
+		fatalx("%s/output: %s; refusing to start", config.state_dir,
+		       strerror(-err));
 	/* Before the socket: a port that cannot be bound stops rokd before
 	 * any client could connect. */
 	if (metrics_http_open(jerr, sizeof(jerr)) < 0)
@@ -474,11 +482,6 @@ int main(int argc, char **argv)
 	if (journal_recover(jerr, sizeof(jerr)) < 0)
 		fatalx("%s", jerr);
 	tasktab_hold_eviction(false);
-	/* Output left under ids this journal has not handed out (a deleted
-	 * or replaced journal.db) must never show as a new task's. */
-	if ((err = exec_output_sweep(tasktab_next_id())) < 0)
-		fatalx("%s/output: cannot remove stale output files: %s; "
-		       "refusing to start", config.state_dir, strerror(-err));
 	if ((err = journal_start()) < 0)
 		fatalx("cannot start the journal thread: %s", strerror(-err));
 	if ((err = server_start(fd)) < 0)

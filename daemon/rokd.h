@@ -82,6 +82,10 @@ struct config {
 	 * no longer kept within 1 MiB of them (exec-output.c); 0: no mark;
 	 * CONFIG_KEEP_FREE_AUTO: exec-output.c decides. */
 	uint64_t output_keep_free;
+	/* Bytes of output files a uid's tasks may hold on disk together
+	 * (quota.c, exec-output.c); CONFIG_KEPT_AUTO: a quarter of the
+	 * state file system. */
+	uint64_t max_kept_output_per_user;
 	uint64_t kill_grace_ms;     /* SIGTERM to SIGKILL, default */
 	/* journal */
 	bool durability_full;       /* durability = full (else normal) */
@@ -112,6 +116,8 @@ extern struct config config;
 #define CONFIG_LIMIT(field) __atomic_load_n(&config.field, __ATOMIC_RELAXED)
 /* output_keep_free's default: 5 % of the file system, at most 256 MiB. */
 #define CONFIG_KEEP_FREE_AUTO UINT64_MAX
+/* max_kept_output_per_user's default: a quarter of the file system. */
+#define CONFIG_KEPT_AUTO UINT64_MAX
 
 void config_defaults(struct config *c);
 /* Reads `key = value` lines; 0, or -1 with a message in err. */
@@ -200,6 +206,7 @@ enum {
 	QUOTA_WAITS,                /* max_waits_per_user */
 	QUOTA_FOLLOWERS,            /* max_followers_per_user */
 	QUOTA_OUTPUT,               /* max_output_per_user (bytes) */
+	QUOTA_KEPT,                 /* max_kept_output_per_user (bytes) */
 	QUOTA_NKINDS,
 	/* Counted by tasktab.c under its own lock (not with quota_take);
 	 * here for quota_explain. */
@@ -215,6 +222,11 @@ void quota_give(uid_t uid, int kind);
 /* Adds delta (negative: gives back) to what uid holds of a kind counted
  * in bytes; whether uid then holds more than its cap. */
 bool quota_add(uid_t uid, int kind, int64_t delta);
+/* Adds delta bytes to what uid holds of a kind if it stays within the
+ * cap: QUOTA_ADDED; else adds nothing and says QUOTA_FULL_NEWS the first
+ * time since uid last held less than its cap, QUOTA_FULL after. */
+enum { QUOTA_ADDED, QUOTA_FULL_NEWS, QUOTA_FULL };
+int quota_add_within(uid_t uid, int kind, uint64_t delta);
 /* Whether uid holds more than its cap of a kind counted in bytes. */
 bool quota_over(uid_t uid, int kind);
 uint64_t quota_cap(int kind);

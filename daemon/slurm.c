@@ -498,7 +498,8 @@ static void slurm_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 	                          : CONFIG_LIMIT(kill_grace_ms));
 	j->end_how = RT_SUCCEEDED;
 	atomic_init(&j->cancel_req, false);
-	exec_out_init(&j->out, j->id, CONFIG_LIMIT(max_task_output));
+	exec_out_init(&j->out, j->id, s->uid,
+	              CONFIG_LIMIT(max_task_output));
 	j->sub = s;
 	if (s->argv == NULL || s->env == NULL ||
 	    (spec->cwd.len > 0 && s->cwd == NULL)) {
@@ -613,7 +614,7 @@ static rok_poll slurm_poll(rok_cx *cx, void *frame)
 		slurm_fail(j, "Slurm tasks are not available in this process");
 		ROK_RETURN(cx, NULL);
 	}
-	exec_out_forget(j->id);
+	exec_out_forget(j->id, j->out.uid);
 	if (j->timeout_ns > 0)
 		j->to_deadline = rok_deadline(j->timeout_ns);
 	slurm_set_why(j, "submitting to Slurm");

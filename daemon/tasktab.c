@@ -330,7 +330,7 @@ static void tasktab_evict_one(struct rtask *r)
 	/* Without a journal no prune ever removes an exec task's output: it
 	 * goes with the record. */
 	if (config.durability_off && strcmp(r->kind->name, "exec") == 0)
-		exec_out_forget(r->id);
+		exec_out_forget(r->id, r->uid);
 	tasktab_unlink(r);
 }
 

@@ -55,8 +55,9 @@
  * max_kept_output_per_user bytes (quota.c counts them: each record before
  * it is written, each file removed, and at start, before any task runs,
  * every file there is: exec_output_scan).  A task whose record would pass
- * its uid's cap stops keeping output the same way.  The cap counts file
- * sizes, not blocks: the mark above is what guards the blocks.
+ * its uid's cap stops keeping output the same way.  A file counts in
+ * whole 4 KiB blocks, so that a flood of one-byte files holds no more
+ * than the cap; the inodes they take are not counted.
  *
  * Only the exec task that owns an exec_out touches it (one worker at a
  * time); writes go to the page cache, never fsync'd.  The count of bytes
@@ -114,6 +115,15 @@ static const char *exec_output_suffix(void)
 	return config.durability_off ? ".mem" : ".log";
 }
 
+/* What a file of `size` bytes counts against its uid's
+ * max_kept_output_per_user: whole blocks, so that many small files cannot
+ * hold many times the cap. */
+#define EXEC_OUT_BLOCK 4096
+static uint64_t exec_out_charged(uint64_t size)
+{
+	return (size + EXEC_OUT_BLOCK - 1) / EXEC_OUT_BLOCK * EXEC_OUT_BLOCK;
+}
+
 /* The file system's size, from the last statvfs (0: not known yet), for
  * max_kept_output_per_user's default.  Relaxed: it stands alone. */
 static _Atomic uint64_t exec_out_fs_size;
@@ -168,7 +178,8 @@ int exec_output_scan(void)
 					err = -errno;
 				continue;
 			}
-			(void)quota_add(uid, QUOTA_KEPT, (int64_t)st.st_size);
+			(void)quota_add(uid, QUOTA_KEPT, (int64_t)exec_out_charged(
+				(uint64_t)st.st_size));
 			files++;
 			bytes += (uint64_t)st.st_size;
 			continue;
@@ -220,7 +231,8 @@ void exec_out_forget(uint64_t id, uid_t uid)
 			          (unsigned long long)id, path);
 		return;
 	}
-	(void)quota_add(uid, QUOTA_KEPT, -(int64_t)st.st_size);
+	(void)quota_add(uid, QUOTA_KEPT,
+	                -(int64_t)exec_out_charged((uint64_t)st.st_size));
 }
 
 /* Bytes of output between two looks at the free space (see the top). */
@@ -360,17 +372,23 @@ void exec_out_append(struct exec_out *o, int stream, const uint8_t *buf,
 			o->err = -ENOSPC;
 			break;
 		}
-		int q = quota_add_within(o->uid, QUOTA_KEPT, EXEC_REC_HDR + k);
+		/* Cannot overflow: kept + the record is within the cap,
+		 * itself at most 2^40 (config.c). */
+		uint64_t charge = exec_out_charged(o->kept + EXEC_REC_HDR + k) -
+		                  exec_out_charged(o->kept);
+		int q = quota_add_within(o->uid, QUOTA_KEPT, charge);
 		if (q != QUOTA_ADDED) {
 			if (q == QUOTA_FULL_NEWS) {
 				char why[160];
 				quota_explain(o->uid, QUOTA_KEPT, why,
 				              sizeof(why));
-				log_warnx("task %llu: %s: the output of uid %u's "
-				          "tasks is no longer kept (marked "
-				          "output_truncated) until a prune makes "
-				          "room", (unsigned long long)o->id, why,
-				          (unsigned)o->uid);
+				log_warnx("task %llu: %s: output of uid %u's "
+				          "tasks that does not fit is no longer "
+				          "kept (marked output_truncated) until "
+				          "older tasks of theirs are %s",
+				          (unsigned long long)o->id, why,
+				          (unsigned)o->uid, config.durability_off
+				          ? "forgotten (max_finished)" : "pruned");
 			}
 			o->err = -EDQUOT;
 			break;
@@ -388,7 +406,7 @@ void exec_out_append(struct exec_out *o, int stream, const uint8_t *buf,
 			if (o->fd < 0) {
 				o->err = -errno;
 				(void)quota_add(o->uid, QUOTA_KEPT,
-				                -(int64_t)(EXEC_REC_HDR + k));
+				                -(int64_t)charge);
 				log_errno(-o->err, "task %llu: cannot keep its "
 				          "output: %s", (unsigned long long)o->id,
 				          path);
@@ -409,10 +427,13 @@ void exec_out_append(struct exec_out *o, int stream, const uint8_t *buf,
 			/* Counted is what the file holds: part of the record
 			 * may be in it. */
 			struct stat st;
-			uint64_t want = o->kept + EXEC_REC_HDR + k;
-			if (fstat(o->fd, &st) == 0 && (uint64_t)st.st_size < want)
+			uint64_t has = fstat(o->fd, &st) == 0
+			               ? (uint64_t)st.st_size : o->kept;
+			uint64_t now = exec_out_charged(has),
+			         was = exec_out_charged(o->kept + EXEC_REC_HDR + k);
+			if (now < was)
 				(void)quota_add(o->uid, QUOTA_KEPT,
-				                -(int64_t)(want - (uint64_t)st.st_size));
+				                -(int64_t)(was - now));
 			o->err = err;
 			o->truncated = true;
 			log_errno(-err, "task %llu: writing its output",

@@ -87,7 +87,11 @@ uint64_t quota_cap(int kind)
 	case QUOTA_OUTPUT: return CONFIG_LIMIT(max_output_per_user);
 	case QUOTA_KEPT: {
 		uint64_t cap = CONFIG_LIMIT(max_kept_output_per_user);
-		return cap != CONFIG_KEPT_AUTO ? cap : exec_output_kept_auto();
+		/* A rokd of one user's own has one uid: no cap by default,
+		 * output_keep_free guards the journal. */
+		if (cap != CONFIG_KEPT_AUTO)
+			return cap;
+		return config.root ? exec_output_kept_auto() : UINT64_MAX;
 	}
 	case QUOTA_QUEUED: return CONFIG_LIMIT(max_queued_per_user);
 	case QUOTA_RUNNING: return CONFIG_LIMIT(max_running_per_user);
@@ -169,7 +173,10 @@ bool quota_add(uid_t uid, int kind, int64_t delta)
 		else
 			u->held[kind] += d;
 		over = u->held[kind] > quota_cap(kind);
-		if (u->held[kind] < quota_cap(kind))
+		/* Said again only once there is real room (an eighth of the
+		 * cap): a give-back of a few bytes must not repeat it. */
+		uint64_t cap = quota_cap(kind);
+		if (u->held[kind] <= cap - cap / 8)
 			u->full[kind] = false;
 		quota_drop_if_idle(u);
 	}

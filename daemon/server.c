@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <event2/event.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <stddef.h>
@@ -35,6 +36,26 @@ static struct {
 	struct event *ev;
 	struct event *pause;      /* re-arms accepting after EMFILE */
 } server = { .fd = -1 };
+
+/* The socket file is rokd's own and still there: whoever clears it (the
+ * stop, or the exit of a start that failed after binding) removes it, and
+ * only then, never a later rokd's file of the same name.  An exchange: the
+ * exit may come from any thread. */
+static _Atomic bool server_path_ours;
+
+static void server_unlink_ours(void)
+{
+	if (atomic_exchange_explicit(&server_path_ours, false,
+	                             memory_order_relaxed))
+		(void)unlink(config.socket_path);
+}
+
+/* At exit (fatalx included): a rokd that bound its socket and then could
+ * not start leaves no socket file that nobody answers on. */
+static void server_exit(void)
+{
+	server_unlink_ours();
+}
 
 /* Creates each missing directory of `dir` with `mode`; checks the last one
  * is ours and writable by nobody else. */
@@ -238,13 +259,19 @@ int server_open(void)
 		close(fd);
 		return rc;
 	}
+	atomic_store_explicit(&server_path_ours, true, memory_order_relaxed);
+	if (atexit(server_exit) != 0)
+		log_warnx("%s is not removed if rokd exits before its stop",
+		          sa.sun_path);
 	if (config.root && (rc = server_set_group(sa.sun_path)) < 0) {
 		close(fd);
+		server_unlink_ours();
 		return rc;
 	}
 	if (listen(fd, SERVER_BACKLOG) != 0) {
 		rc = -errno;
 		close(fd);
+		server_unlink_ours();
 		return rc;
 	}
 	log_info("listening on %s", sa.sun_path);
@@ -315,7 +342,6 @@ void server_stop(void)
 	if (server.fd >= 0) {
 		close(server.fd);
 		server.fd = -1;
-		if (!server.inherited)
-			unlink(config.socket_path);
+		server_unlink_ours();
 	}
 }

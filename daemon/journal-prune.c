@@ -10,10 +10,11 @@
  * large prune never makes one huge transaction; a chunk's output files are
  * unlinked after it committed (a crash in between leaves an orphan file,
  * which the next start removes, never a row whose output is gone), and
- * their bytes given back to their uids' max_kept_output_per_user.  Between chunks the prune yields
- * (journal_prune_yield): what was queued meanwhile is committed and
- * answered, so spawns wait for one chunk, not for the whole prune, and
- * rokd's stop ends the prune there (the next one does the rest).  Each
+ * their bytes given back to their uids' max_kept_output_per_user.
+ * Between chunks the prune yields (journal_prune_yield): what was queued
+ * meanwhile is committed and answered, so spawns wait for one chunk, not
+ * for the whole prune, and rokd's stop ends the prune there (the next one
+ * does the rest).  Each
  * chunk's query resumes after the last id it returned, so a prune reads
  * the rows it passes once, not once per chunk.  Per uid, one pass over
  * the finished rows, newest first and itself in chunks, finds each uid's

@@ -34,7 +34,13 @@
  *
  * The file is read on the reactor thread (pread of the page cache, at most
  * logs_batch() bytes per reply); records cut short at the end of the file
- * (being written) are left for the next pump.  The journal is not: a task
+ * (being written) are left for the next pump.  A file removed while a
+ * follower holds it (the next run of a retried task starts afresh, or a
+ * prune) is let go at the next pump, which its removal's output event
+ * brings, whether or not the client reads: its blocks no longer count
+ * against anyone (max_kept_output_per_user) and must not stay taken.  The
+ * follower goes on from the start of the file now under the name: the
+ * new run's output, or none.  The journal is not: a task
  * no longer in memory (finished long ago, or before a restart) is looked
  * up, and its final TaskInfo read, in the blocking pool (conn_offload),
  * which answers an error itself or hands the stream back to this thread;
@@ -45,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "exec.h"
@@ -191,6 +198,18 @@ static int logs_send_batch(struct follower *f)
 	return 1;
 }
 
+/* Lets go of f's file if it was removed (see the top). */
+static void logs_drop_removed(struct follower *f)
+{
+	struct stat st;
+
+	if (f->fd < 0 || (fstat(f->fd, &st) == 0 && st.st_nlink > 0))
+		return;
+	close(f->fd);
+	f->fd = -1;
+	f->off = 0;
+}
+
 /* Sends what it can; ends f when it is done.  f may be freed. */
 static void logs_pump(struct follower *f)
 {
@@ -198,6 +217,7 @@ static void logs_pump(struct follower *f)
 		logs_end(f);   /* reply_post on a closed conn only ends the wait */
 		return;
 	}
+	logs_drop_removed(f);
 	/* Looked at before reading: a task that has ended wrote everything. */
 	bool finished = tasktab_finished(f->task_id);
 	for (;;) {

@@ -233,6 +233,11 @@ void exec_out_forget(uint64_t id, uid_t uid)
 	}
 	(void)quota_add(uid, QUOTA_KEPT,
 	                -(int64_t)exec_out_charged((uint64_t)st.st_size));
+	/* Followers holding it open let it go (cmd-logs.c): else its blocks
+	 * stay taken, uncounted, for as long as they hold it. */
+	if (events_wanted(EVENTS_OUTPUT))
+		events_publish(&(struct events_ev){ .kind = EVENTS_OUTPUT,
+		                                    .id = id });
 }
 
 /* Bytes of output between two looks at the free space (see the top). */

@@ -75,6 +75,7 @@ static int exec_user_passwd(uid_t uid, struct passwd *pw, char **buf)
 		if (b == NULL)
 			return -ENOMEM;
 		*buf = b;
+		errno = 0;
 		err = getpwuid_r(uid, pw, b, len, &res);
 		/* ERANGE: an entry longer than the buffer (a long GECOS,
 		 * say); doubled up to EXEC_USER_BUF_MAX. */
@@ -84,7 +85,17 @@ static int exec_user_passwd(uid_t uid, struct passwd *pw, char **buf)
 	}
 	if (err != 0)
 		return -err;
-	return res == NULL ? -ENOENT : 0;
+	if (res != NULL)
+		return 0;
+	/* Not found, as getpwuid_r(3) lists the errnos of that; glibc
+	 * returns 0 for a backend that failed too (a file it could not
+	 * open: out of descriptors, say), with errno set: that is no
+	 * answer, and must not pass for "no such user". */
+	err = errno;
+	if (err == 0 || err == ENOENT || err == ESRCH || err == EBADF ||
+	    err == EPERM)
+		return -ENOENT;
+	return -err;
 }
 
 static int exec_user_lookup(uid_t uid, struct exec_user *u)

@@ -72,6 +72,7 @@ void config_defaults(struct config *c)
 	 * connection. */
 	c->max_connections_per_user = 1024;
 	c->max_waits_per_user = 16384;
+	c->max_wait_ids_per_user = 1000000;
 	c->max_followers_per_user = 256;
 	/* 16 full connections' worth, far above what clients that read
 	 * leave queued; without it, 1024 connections at just under
@@ -216,6 +217,8 @@ static int config_set(struct config *c, const char *key, const char *v,
 		CFG_U("max_connections_per_user", max_connections_per_user,
 		      1u << 20),
 		CFG_U("max_waits_per_user", max_waits_per_user, 1u << 30),
+		CFG_U("max_wait_ids_per_user", max_wait_ids_per_user,
+		      1ull << 40),
 		CFG_U("max_followers_per_user", max_followers_per_user,
 		      1u << 20),
 		CFG_U("max_output_per_user", max_output_per_user, 1ull << 40),

@@ -5,7 +5,9 @@
  *
  * Counted here: connections (max_connections_per_user), requests in flight
  * (max_waits_per_user: every request counted by conn_begin_wait, over all of
- * the uid's connections), logs and watch streams (max_followers_per_user),
+ * the uid's connections), the task ids its waits name, each held for
+ * the wait's life with some 24 bytes (max_wait_ids_per_user, waiter.c),
+ * logs and watch streams (max_followers_per_user),
  * the bytes of replies queued on all of the uid's connections
  * (max_output_per_user, counted by quota_add in 64 KiB steps of each
  * connection, see conn_out_cb), and the bytes of the output files of
@@ -66,6 +68,8 @@ static const struct {
 } quota_kinds[QUOTA_NALL] = {
 	[QUOTA_CONNECTIONS] = { "max_connections_per_user", "connections" },
 	[QUOTA_WAITS] = { "max_waits_per_user", "requests in flight" },
+	[QUOTA_WAIT_IDS] = { "max_wait_ids_per_user",
+	                     "task ids in waits (join, race, select)" },
 	[QUOTA_FOLLOWERS] = { "max_followers_per_user", "logs and watch streams" },
 	[QUOTA_OUTPUT] = { "max_output_per_user", "bytes of unread replies" },
 	[QUOTA_KEPT] = { "max_kept_output_per_user",
@@ -83,6 +87,7 @@ uint64_t quota_cap(int kind)
 	/* Any thread (see the top): CONFIG_LIMIT. */
 	case QUOTA_CONNECTIONS: return CONFIG_LIMIT(max_connections_per_user);
 	case QUOTA_WAITS: return CONFIG_LIMIT(max_waits_per_user);
+	case QUOTA_WAIT_IDS: return CONFIG_LIMIT(max_wait_ids_per_user);
 	case QUOTA_FOLLOWERS: return CONFIG_LIMIT(max_followers_per_user);
 	case QUOTA_OUTPUT: return CONFIG_LIMIT(max_output_per_user);
 	case QUOTA_KEPT: {

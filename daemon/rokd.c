@@ -334,6 +334,7 @@ static void rokd_reload_apply(void *arg)
 	ROKD_SET(max_ids);
 	ROKD_SET(max_connections_per_user);
 	ROKD_SET(max_waits_per_user);
+	ROKD_SET(max_wait_ids_per_user);
 	ROKD_SET(max_followers_per_user);
 	ROKD_SET(max_output_per_user);
 	ROKD_SET(watch_lag_max);

@@ -66,6 +66,7 @@ struct config {
 	/* per uid (quota.c) */
 	uint32_t max_connections_per_user;
 	uint32_t max_waits_per_user;
+	uint64_t max_wait_ids_per_user;  /* task ids named by its waits */
 	uint32_t max_followers_per_user; /* logs and watch streams */
 	uint64_t max_output_per_user;    /* bytes queued, all its clients */
 	uint64_t max_queued_per_user;       /* tasks not started yet */
@@ -204,6 +205,7 @@ ssize_t queue_group_infos(const char *name, size_t name_len,
 enum {
 	QUOTA_CONNECTIONS,          /* max_connections_per_user */
 	QUOTA_WAITS,                /* max_waits_per_user */
+	QUOTA_WAIT_IDS,             /* max_wait_ids_per_user */
 	QUOTA_FOLLOWERS,            /* max_followers_per_user */
 	QUOTA_OUTPUT,               /* max_output_per_user (bytes) */
 	QUOTA_KEPT,                 /* max_kept_output_per_user (bytes) */

@@ -70,8 +70,10 @@ struct waiter {
 	size_t nlive;
 };
 
+/* Frees f's arrays and gives back its ids (QUOTA_WAIT_IDS). */
 static void waiter_free(struct waiter *f)
 {
+	(void)quota_add(f->uid, QUOTA_WAIT_IDS, -(int64_t)f->n);
 	for (size_t i = 0; i < f->nlive; i++)
 		rok_task_unref(f->live[i]);
 	free(f->ids);
@@ -400,7 +402,7 @@ int waiter_start(struct conn *c, uint64_t req_id, int mode,
 		.n = n,
 		.cancel_rest = cancel_rest || mode == WAIT_SELECT,
 	};
-	char msg[96];
+	char msg[192];
 
 	if (duration_check_ms(timeout_ms, "timeout_ms", msg, sizeof(msg)) < 0) {
 		waiter_refuse(c, req_id, begun,
@@ -409,6 +411,14 @@ int waiter_start(struct conn *c, uint64_t req_id, int mode,
 	}
 	if (timeout_ms > 0)
 		f.deadline = rok_deadline(duration_ns(timeout_ms));
+	/* Its arrays take some 24 bytes an id for the wait's life: bounded
+	 * per uid, not only per request (max_ids) and in count of waits. */
+	if (quota_add_within(f.uid, QUOTA_WAIT_IDS, n) != QUOTA_ADDED) {
+		quota_explain(f.uid, QUOTA_WAIT_IDS, msg, sizeof(msg));
+		waiter_refuse(c, req_id, begun,
+		              ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED, msg);
+		return -EAGAIN;
+	}
 	f.ids = malloc(n * sizeof(*f.ids));
 	/* n <= 64 (almost every wait): the bits inside the frame.  The
 	 * frame is copied into the task: the pointer is set there. */

@@ -200,9 +200,14 @@ static void mh_deadline_cb(evutil_socket_t fd, short what, void *arg)
 
 static void mh_event_cb(struct bufferevent *bev, short what, void *arg)
 {
-	(void)bev;
-	(void)what;   /* EOF or an error: either way the connection is done */
-	mh_conn_free(arg);
+	/* A client that shut its side after its request still gets the
+	 * answer being sent (mh_written_cb closes once it is out). */
+	if ((what & BEV_EVENT_EOF) && (what & BEV_EVENT_READING) &&
+	    evbuffer_get_length(bufferevent_get_output(bev)) > 0) {
+		bufferevent_disable(bev, EV_READ);
+		return;
+	}
+	mh_conn_free(arg);   /* an error, or done */
 }
 
 /* After the answer: drops what the client still sends until it closes. */
@@ -220,6 +225,10 @@ static void mh_written_cb(struct bufferevent *bev, void *arg)
 
 	if (evbuffer_get_length(bufferevent_get_output(bev)) > 0)
 		return;
+	if (!(bufferevent_get_enabled(bev) & EV_READ)) {
+		mh_conn_free(c);   /* the client's side is shut already */
+		return;
+	}
 	(void)shutdown(bufferevent_getfd(bev), SHUT_WR);
 	bufferevent_disable(bev, EV_WRITE);
 	bufferevent_setcb(bev, mh_drain_cb, NULL, mh_event_cb, c);
@@ -259,10 +268,11 @@ static void mh_plain(struct mh_conn *c, bool v10, int code,
 /* The request line and headers, whole: answers them. */
 static void mh_request(struct mh_conn *c, char *head)
 {
-	char *sp1 = strchr(head, ' '), *sp2, *eol = strpbrk(head, "\r\n");
+	char *sp1, *sp2, *eol = strpbrk(head, "\r\n");
 
 	if (eol != NULL)
 		*eol = '\0';   /* the request line alone */
+	sp1 = strchr(head, ' ');
 	sp2 = sp1 != NULL ? strchr(sp1 + 1, ' ') : NULL;
 	if (sp1 == NULL || sp2 == NULL || sp1 == head || sp2 == sp1 + 1 ||
 	    strncmp(sp2 + 1, "HTTP/1.", 7) != 0 ||
@@ -306,15 +316,15 @@ static void mh_read_cb(struct bufferevent *bev, void *arg)
 {
 	struct mh_conn *c = arg;
 	struct evbuffer *in = bufferevent_get_input(bev);
-	struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
-	size_t n;
+	/* The first blank line, its lines ended "\r\n" or "\n". */
+	struct evbuffer_ptr crlf = evbuffer_search(in, "\n\r\n", 3, NULL);
+	struct evbuffer_ptr lf = evbuffer_search(in, "\n\n", 2, NULL);
+	size_t n = 0;
 
-	if (end.pos < 0) {
-		end = evbuffer_search(in, "\n\n", 2, NULL);
-		n = end.pos < 0 ? 0 : (size_t)end.pos + 2;
-	} else {
-		n = (size_t)end.pos + 4;
-	}
+	if (crlf.pos >= 0 && (lf.pos < 0 || crlf.pos < lf.pos))
+		n = (size_t)crlf.pos + 3;
+	else if (lf.pos >= 0)
+		n = (size_t)lf.pos + 2;
 	if (n == 0) {
 		if (evbuffer_get_length(in) > METRICS_HTTP_MAX_HEADERS)
 			mh_plain(c, true, 431, "Request Header Fields Too "

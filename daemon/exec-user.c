@@ -87,10 +87,11 @@ static int exec_user_passwd(uid_t uid, struct passwd *pw, char **buf)
 		return -err;
 	if (res != NULL)
 		return 0;
-	/* Not found, as getpwuid_r(3) lists the errnos of that; glibc
-	 * returns 0 for a backend that failed too (a file it could not
-	 * open: out of descriptors, say), with errno set: that is no
-	 * answer, and must not pass for "no such user". */
+	/* Not found, with one of the errnos getpwuid_r(3) lists for that.
+	 * A backend that failed may answer 0 and no entry too, with
+	 * another errno set (glibc's files backend returns its error
+	 * itself; others need not): that is no answer, and must not pass
+	 * for "no such user". */
 	err = errno;
 	if (err == 0 || err == ENOENT || err == ESRCH || err == EBADF ||
 	    err == EPERM)

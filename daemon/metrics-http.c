@@ -234,8 +234,9 @@ static void mh_written_cb(struct bufferevent *bev, void *arg)
 	bufferevent_setcb(bev, mh_drain_cb, NULL, mh_event_cb, c);
 }
 
-/* Queues an answer on c and ends reading requests from it.  body: NULL
- * for none; blen: its length (Content-Length, for HEAD too). */
+/* Queues an answer on c and ends reading requests from it.  blen is the
+ * body's length, the Content-Length (HEAD's too); the body goes out only
+ * if send_body. */
 static void mh_answer(struct mh_conn *c, bool v10, int code,
                       const char *reason, const char *type,
                       const char *extra, const char *body, size_t blen,

@@ -8,16 +8,24 @@
  * flight (conn_begin_wait) and as one of its uid's streams
  * (max_followers_per_user, held by conn_stream_add, shared with logs).
  *
- * What it sends goes through one FIFO of small entries (id, state, time):
- * first the snapshot (tasktab_snapshot, taken after subscribing, with the
- * table's change counter), closed by a marker, then the changes as events
- * bring them.  An event whose counter is not above the snapshot's is in
- * the snapshot already and is dropped, so a change is reported once.  An
- * entry becomes a WatchEvent only when the connection has room
- * (conn_stream_room); an end's TaskInfo is read then.  So a client that
- * does not read holds the pause mark of queued bytes plus its FIFO: the
- * snapshot (bounded by max_queued, or max_ids with ids) and at most
- * watch_lag_max events.  One event more and the watcher lags: its FIFO is
+ * What it sends: first the snapshot, taken after subscribing, with the
+ * table's change counter, closed by a marker, then the changes as events
+ * bring them, through a FIFO of small entries (id, state, time).  An event
+ * whose counter is not above the snapshot's is in the snapshot already and
+ * is dropped, so a change is reported once.  With ids the snapshot is
+ * taken whole (tasktab_snapshot) into the FIFO.  Without, it would be as
+ * large as the uid's unfinished tasks (a quarter million by default, and
+ * root's is everyone's), built on this thread under the table's lock:
+ * one user's watches would stall every client.  So it is taken a step at
+ * a time (tasktab_cursor_step, a bounded walk of the uid's own list of
+ * unfinished tasks) whenever the connection has room, one step per loop
+ * turn; what changes before the walk reaches it is left to its event,
+ * which waits in the FIFO behind the marker.  An entry becomes a
+ * WatchEvent only when the connection has room (conn_stream_room); an
+ * end's TaskInfo is read then.  So a client that does not read holds the
+ * pause mark of queued bytes plus its FIFO: the snapshot of ids (bounded
+ * by max_ids), or a step of one without, and at most watch_lag_max
+ * events.  One event more and the watcher lags: its FIFO is
  * dropped, later events are only counted, and once the connection has room
  * it sends "lagged: N", takes a fresh snapshot and goes on.
  *
@@ -43,6 +51,7 @@
  * matches what is spawned into it.
  */
 #include <errno.h>
+#include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +60,7 @@
 #include "rokd.h"
 
 #define WATCH_EVENTS (EVENTS_STATE | EVENTS_END | EVENTS_GONE)
+#define WATCH_STEP 256   /* snapshot entries taken at once (a cursor) */
 
 enum {
 	WATCH_SNAP = 1u << 0,        /* part of a snapshot */
@@ -79,6 +89,15 @@ struct watcher {
 	bool has_group;              /* only tasks of this group: */
 	char group[GROUP_NAME_MAX + 1];
 	uint64_t seq;                /* the snapshot's change counter */
+	/* Without ids, the snapshot is taken a step at a time as the
+	 * connection has room (tasktab_cursor_step), a step per turn of the
+	 * reactor (resume, a timer of no delay): the entries of the step
+	 * go out first, then (marker) the marker, then the FIFO. */
+	struct tasktab_cursor *cur;
+	struct event *resume;
+	bool walking, marker;
+	struct tasktab_snap step[WATCH_STEP];
+	size_t soff, slen;
 	struct watch_ent *q;         /* FIFO: q[qoff..qlen) */
 	size_t qoff, qlen, qcap;
 	size_t live;                 /* events (not snapshot) in the FIFO */
@@ -135,6 +154,9 @@ static void watch_discard(struct watcher *w)
 	free(w->ids);
 	free(w->ended);
 	free(w->q);
+	if (w->resume != NULL)
+		event_free(w->resume);
+	tasktab_cursor_free(w->cur);
 	free(w);
 }
 
@@ -205,13 +227,18 @@ static int watch_push(struct watcher *w, const struct watch_ent *e)
 	return 0;
 }
 
-/* Replaces the FIFO by a fresh snapshot and its marker: 0 or -ENOMEM. */
+/* Replaces the FIFO by a fresh snapshot and its marker: 0 or -ENOMEM.
+ * Without ids the snapshot is only started (watch_pump takes it). */
 static int watch_snapshot(struct watcher *w)
 {
 	struct tasktab_snap *snap;
 	w->qoff = w->qlen = w->live = 0;
-	ssize_t n = tasktab_snapshot(w->uid, w->has_group ? w->group : NULL, w->ids,
-	                     w->nids, &snap, &w->seq);
+	if (w->ids == NULL) {
+		w->soff = w->slen = 0;
+		w->walking = w->marker = true;
+		return tasktab_cursor_start(w->cur, &w->seq);
+	}
+	ssize_t n = tasktab_snapshot(w->ids, w->nids, &snap, &w->seq);
 	if (n < 0)
 		return (int)n;
 	for (ssize_t i = 0; i < n; i++) {
@@ -229,8 +256,7 @@ static int watch_snapshot(struct watcher *w)
 			return -ENOMEM;
 		}
 	}
-	if (n > 0)
-		free(snap);
+	free(snap);
 	return watch_push(w, &(struct watch_ent){ .flags = WATCH_SNAP_DONE });
 }
 
@@ -300,10 +326,30 @@ static bool watch_send(struct watcher *w, const struct watch_ent *e)
 	return false;
 }
 
+/* The next snapshot entry without ids, into *e: false when the step is
+ * used up, or nothing is left but the marker and the FIFO. */
+static bool watch_snap_next(struct watcher *w, struct watch_ent *e)
+{
+	while (w->soff < w->slen) {
+		const struct tasktab_snap *t = &w->step[w->soff++];
+		if (!watch_wants(w, t->state, false))
+			continue;
+		*e = (struct watch_ent){
+			.id = t->id, .time_us = t->time_us, .state = t->state,
+			.flags = WATCH_SNAP,
+		};
+		return true;
+	}
+	return false;
+}
+
 /* Sends what the connection has room for.  w may be freed. */
 static void watch_pump(struct watcher *w)
 {
+	bool stepped = false;
+
 	while (conn_stream_room(w->conn)) {
+		struct watch_ent e;
 		if (w->lagging) {
 			Rok__V1__WatchEvent we = ROK__V1__WATCH_EVENT__INIT;
 			we.lagged = w->lagged;
@@ -316,15 +362,49 @@ static void watch_pump(struct watcher *w)
 			}
 			continue;
 		}
-		if (w->qoff == w->qlen)
+		if (watch_snap_next(w, &e)) {
+			(void)watch_send(w, &e);   /* no ids: it never ends w */
+			continue;
+		}
+		if (w->walking) {
+			if (stepped) {
+				/* The other connections' turn first. */
+				static const struct timeval now = { 0, 0 };
+				if (event_add(w->resume, &now) < 0)
+					watch_fail(w, "cannot resume a snapshot");
+				return;
+			}
+			bool done;
+			w->slen = tasktab_cursor_step(w->cur,
+			                              w->has_group ? w->group
+			                                           : NULL,
+			                              w->step, WATCH_STEP, &done);
+			w->soff = 0;
+			w->walking = !done;
+			stepped = true;
+			continue;
+		}
+		if (w->marker) {
+			w->marker = false;
+			e = (struct watch_ent){ .flags = WATCH_SNAP_DONE };
+		} else if (w->qoff < w->qlen) {
+			e = w->q[w->qoff++];
+			if (!(e.flags & (WATCH_SNAP | WATCH_SNAP_DONE)))
+				w->live--;
+		} else {
 			return;
-		struct watch_ent e = w->q[w->qoff++];
-		if (!(e.flags & (WATCH_SNAP | WATCH_SNAP_DONE)))
-			w->live--;
+		}
 		if (watch_send(w, &e))
 			return;
 	}
 	/* Closed (it hears on a later turn) or full: writable resumes. */
+}
+
+static void watch_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	watch_pump(arg);
 }
 
 /* Queues an event for w, or counts it dropped once w lags. */
@@ -493,6 +573,13 @@ static void watch_start(struct watcher *w)
 	if (watch.head != NULL)
 		watch.head->prev = w;
 	watch.head = w;
+	if (w->ids == NULL &&
+	    ((w->cur = tasktab_cursor_new(w->uid)) == NULL ||
+	     (w->resume = evtimer_new(reactor_base(), watch_resume_cb,
+	                              w)) == NULL)) {
+		watch_fail(w, "out of memory for a snapshot");
+		return;
+	}
 	/* Subscribed before the snapshot: see events.c.  (An unsubscribe
 	 * of what was never subscribed, in watch_free, does nothing.) */
 	if (events_subscribe(watch_event_cb, WATCH_EVENTS) < 0 ||

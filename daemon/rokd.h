@@ -459,21 +459,34 @@ bool tasktab_cancel_seen(struct rtask *r);
 void tasktab_set_wait(struct rtask *r, uint64_t dep, uint64_t not_before_us);
 
 /*
- * The watch snapshot (reactor thread), taken under the table's lock with
- * the change counter *seq: every change with a larger counter comes after
- * it.  With ids (n > 0), one entry per id in order (state 0 for an id not
- * in memory: it has finished, look it up with tasktab_info); else one per
- * queued or running task uid may see, of `group` only unless it is NULL
- * ("default" takes in the tasks spawned without a group).  A malloc'd
- * array in *out (NULL when empty): the count, or -ENOMEM.
+ * The watch snapshot of ids (reactor thread), taken under the table's lock
+ * with the change counter *seq: every change with a larger counter comes
+ * after it.  One entry per id in order (state 0 for an id not in memory:
+ * it has finished, look it up with tasktab_info), in a malloc'd array in
+ * *out (NULL when n is 0): n, or -ENOMEM.
  */
 struct tasktab_snap {
 	uint64_t id;
 	uint64_t time_us;
 	int state;
 };
-ssize_t tasktab_snapshot(uid_t uid, const char *group, const uint64_t *ids,
-                         size_t n, struct tasktab_snap **out, uint64_t *seq);
+ssize_t tasktab_snapshot(const uint64_t *ids, size_t n,
+                         struct tasktab_snap **out, uint64_t *seq);
+/*
+ * The watch snapshot of all a uid's tasks (root: every task), taken in
+ * steps (reactor thread).  tasktab_cursor_start (again for a fresh one)
+ * sets *seq to the change counter: 0 or -ENOMEM.  Each
+ * tasktab_cursor_step fills at most max entries of queued and running
+ * tasks, of `group` only unless it is NULL, that have not changed since
+ * that start (their changes come as events, numbered above *seq), and
+ * walks a bounded number of records to do it; *done once none are left.
+ */
+struct tasktab_cursor;
+struct tasktab_cursor *tasktab_cursor_new(uid_t uid);
+int tasktab_cursor_start(struct tasktab_cursor *c, uint64_t *seq);
+size_t tasktab_cursor_step(struct tasktab_cursor *c, const char *group,
+                           struct tasktab_snap *out, size_t max, bool *done);
+void tasktab_cursor_free(struct tasktab_cursor *c);
 /* Whether a task of group `task_group` (NULL or "": spawned without one)
  * is in group `group`. */
 bool tasktab_in_group(const char *task_group, const char *group);

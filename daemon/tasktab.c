@@ -47,6 +47,16 @@
 #include "journal.h"
 #include "rokd.h"
 
+/*
+ * A place in a uid's list of queued and running records: a record's, or a
+ * cursor's (struct tasktab_cursor, r NULL), which stays put while records
+ * around it come and go.
+ */
+struct tasktab_link {
+	struct tasktab_link *prev, *next;
+	struct rtask *r;
+};
+
 struct rtask {
 	uint64_t id;
 	uid_t uid;
@@ -104,6 +114,10 @@ struct rtask {
 	struct rtask *prev, *next;     /* all records, in id order */
 	struct rtask *fnext, *fprev;   /* finished FIFO */
 	struct rtask *ufnext;          /* its uid's finished FIFO */
+	struct tasktab_link ulink;     /* queued or running: in its uid's
+	                                  list */
+	uint64_t chg_seq;              /* its last event's tab.seq; 0: none
+	                                  since this rokd started */
 	struct tasktab_user *user;     /* what its uid holds */
 };
 
@@ -119,6 +133,10 @@ struct tasktab_user {
 	uint64_t queued, running, nfinished;
 	uint64_t bytes;                /* its records' bytes (rtask.bytes) */
 	struct rtask *fhead, *ftail;
+	/* Its queued and running records, and the watches' cursors, which
+	 * hold the entry (ncursors) while they are in the list. */
+	struct tasktab_link *uhead, *utail;
+	unsigned ncursors;
 	struct tasktab_user *next;
 };
 
@@ -233,7 +251,8 @@ static struct tasktab_user *tasktab_user_get(uid_t uid)
  * with u (nothing that removes a record frees its uid's on its own). */
 static void tasktab_user_put(struct tasktab_user *u)
 {
-	if (u->queued != 0 || u->running != 0 || u->nfinished != 0)
+	if (u->queued != 0 || u->running != 0 || u->nfinished != 0 ||
+	    u->ncursors != 0)
 		return;
 	struct tasktab_user **b = &tab.users[(u->uid * 2654435761u) %
 	                                     TASKTAB_USER_BUCKETS];
@@ -243,13 +262,49 @@ static void tasktab_user_put(struct tasktab_user *u)
 	free(u);
 }
 
-/* Lock held.  Counts r in (delta 1) or out of (-1) its state for its uid. */
+/* Lock held.  Appends l to u's list of unfinished records. */
+static void tasktab_ulist_append(struct tasktab_user *u,
+                                 struct tasktab_link *l)
+{
+	l->next = NULL;
+	l->prev = u->utail;
+	if (u->utail != NULL)
+		u->utail->next = l;
+	else
+		u->uhead = l;
+	u->utail = l;
+}
+
+/* Lock held.  Takes l out of u's list. */
+static void tasktab_ulist_remove(struct tasktab_user *u,
+                                 struct tasktab_link *l)
+{
+	if (l->prev != NULL)
+		l->prev->next = l->next;
+	else
+		u->uhead = l->next;
+	if (l->next != NULL)
+		l->next->prev = l->prev;
+	else
+		u->utail = l->prev;
+	l->prev = l->next = NULL;
+}
+
+/* Lock held.  Counts r in (delta 1) or out of (-1) its state for its uid,
+ * and in or out of its uid's list of unfinished records (a change between
+ * queued and running moves it to the end). */
 static void tasktab_user_count(struct rtask *r, int delta)
 {
 	if (r->state == RT_QUEUED)
 		r->user->queued += (uint64_t)(int64_t)delta;
 	else if (r->state == RT_RUNNING)
 		r->user->running += (uint64_t)(int64_t)delta;
+	else
+		return;
+	if (delta > 0)
+		tasktab_ulist_append(r->user, &r->ulink);
+	else
+		tasktab_ulist_remove(r->user, &r->ulink);
 }
 
 /* Lock held.  Doubles the buckets when the table is full; failure to grow
@@ -480,6 +535,8 @@ static struct rtask *tasktab_new_record(uid_t uid, const struct kind *k,
 {
 	struct rtask *r = calloc(1, sizeof(*r));
 
+	if (r != NULL)
+		r->ulink.r = r;
 	if (r == NULL ||
 	    (r->args = tasktab_copy_args(spec, &r->bytes)) == NULL) {
 		free(r);
@@ -611,6 +668,7 @@ static bool tasktab_announce(struct rtask *r, struct events_ev *ev)
 		.kind = EVENTS_STATE, .id = r->id, .uid = r->uid,
 		.state = RT_QUEUED, .time_us = r->spawned_us, .seq = ++tab.seq,
 	};
+	r->chg_seq = ev->seq;
 	if (r->group != NULL)
 		snprintf(ev->group, sizeof(ev->group), "%s", r->group);
 	metrics_task_state(r->mgroup, RT_QUEUED);
@@ -772,6 +830,7 @@ static void tasktab_set_state(struct rtask *r, int state,
 		.id = r->id, .uid = r->uid,
 		.state = state, .seq = ++tab.seq,
 	};
+	r->chg_seq = ev->seq;
 	if (r->group != NULL)
 		snprintf(ev->group, sizeof(ev->group), "%s", r->group);
 	metrics_task_state(r->mgroup, state);
@@ -1569,52 +1628,175 @@ uint64_t tasktab_group_unfinished(const char *group)
 	return n;
 }
 
-ssize_t tasktab_snapshot(uid_t uid, const char *group, const uint64_t *ids,
-                         size_t n, struct tasktab_snap **out, uint64_t *seq)
+ssize_t tasktab_snapshot(const uint64_t *ids, size_t n,
+                         struct tasktab_snap **out, uint64_t *seq)
 {
-	struct tasktab_snap *s = NULL;
-	size_t count = 0;
+	struct tasktab_snap *s = n > 0 ? malloc(n * sizeof(*s)) : NULL;
 
-	*out = NULL;
-	pthread_mutex_lock(&tab.lock);
-	size_t cap = n > 0 ? n : tab.counts[RT_QUEUED] + tab.counts[RT_RUNNING];
-	if (cap > 0 && (s = malloc(cap * sizeof(*s))) == NULL) {
-		pthread_mutex_unlock(&tab.lock);
+	*out = s;
+	if (n > 0 && s == NULL)
 		return -ENOMEM;
-	}
-	if (n > 0) {
-		for (size_t i = 0; i < n; i++) {
-			struct rtask *r = tasktab_find(ids[i]);
-			s[i].id = ids[i];
-			s[i].state = r != NULL && !r->gone ? r->state : 0;
-			s[i].time_us = s[i].state != 0 ? tasktab_state_us(r) : 0;
-		}
-		count = n;
-	} else {
-		/* Unfinished records are never evicted nor gone; those whose
-		 * spawn is not committed are announced later, if ever. */
-		for (struct rtask *r = tab.head; r != NULL && count < cap;
-		     r = r->next) {
-			if ((r->state != RT_QUEUED && r->state != RT_RUNNING) ||
-			    r->pending ||
-			    (uid != 0 && r->uid != uid) ||
-			    (group != NULL &&
-			     !tasktab_in_group(r->group, group)))
-				continue;
-			s[count].id = r->id;
-			s[count].state = r->state;
-			s[count].time_us = tasktab_state_us(r);
-			count++;
-		}
+	pthread_mutex_lock(&tab.lock);
+	for (size_t i = 0; i < n; i++) {
+		struct rtask *r = tasktab_find(ids[i]);
+		s[i].id = ids[i];
+		s[i].state = r != NULL && !r->gone ? r->state : 0;
+		s[i].time_us = s[i].state != 0 ? tasktab_state_us(r) : 0;
 	}
 	*seq = tab.seq;
 	pthread_mutex_unlock(&tab.lock);
-	if (count == 0) {
-		free(s);
-		s = NULL;
+	return (ssize_t)n;
+}
+
+/*
+ * Watch cursors.  A cursor is a link with no record in a uid's list of
+ * unfinished records; each step moves it past at most TASKTAB_CURSOR_STEP
+ * links, so a watch of a uid with a million tasks holds the lock (and the
+ * reactor) for a bounded time per step, and one of a uid with few tasks
+ * never walks another's.  Root's cursor goes through every uid's list in
+ * turn: users are chained at the head of their hash bucket, so one that
+ * came after the start is never reached, and all it holds came after the
+ * start too.  What a step reports is what has not changed since the start
+ * (chg_seq <= seq): what did is told by its event, which comes after the
+ * start.  A record moves to its list's end only with a change, so an
+ * unchanged one is met exactly once.
+ */
+#define TASKTAB_CURSOR_STEP 256
+
+struct tasktab_cursor {
+	struct tasktab_link mark;
+	struct tasktab_user *u;        /* whose list mark is in; NULL: none */
+	size_t bucket;                 /* root's: u's bucket in tab.users */
+	uint64_t seq;                  /* tab.seq at the start */
+	uid_t uid;
+};
+
+/* Lock held.  Puts c at the head of u's list. */
+static void tasktab_cursor_enter(struct tasktab_cursor *c,
+                                 struct tasktab_user *u, size_t bucket)
+{
+	c->mark.prev = NULL;
+	c->mark.next = u->uhead;
+	if (u->uhead != NULL)
+		u->uhead->prev = &c->mark;
+	else
+		u->utail = &c->mark;
+	u->uhead = &c->mark;
+	u->ncursors++;
+	c->u = u;
+	c->bucket = bucket;
+}
+
+/* Lock held.  Takes c out of its list; its uid's entry may go. */
+static void tasktab_cursor_leave(struct tasktab_cursor *c)
+{
+	struct tasktab_user *u = c->u;
+
+	if (u == NULL)
+		return;
+	tasktab_ulist_remove(u, &c->mark);
+	u->ncursors--;
+	c->u = NULL;
+	tasktab_user_put(u);
+}
+
+/* Lock held.  Root's cursor: into the first list of a user after u (NULL:
+ * the first user of all) in the hash, or nowhere when none is left. */
+static void tasktab_cursor_next_user(struct tasktab_cursor *c)
+{
+	struct tasktab_user *u = c->u, *next = u != NULL ? u->next : NULL;
+	size_t b = u != NULL ? c->bucket : 0;
+
+	if (u == NULL && tab.users[0] != NULL)
+		next = tab.users[0];
+	while (next == NULL && ++b < TASKTAB_USER_BUCKETS)
+		next = tab.users[b];
+	tasktab_cursor_leave(c);   /* after next was read: u may go */
+	if (next != NULL)
+		tasktab_cursor_enter(c, next, b);
+}
+
+struct tasktab_cursor *tasktab_cursor_new(uid_t uid)
+{
+	struct tasktab_cursor *c = calloc(1, sizeof(*c));
+
+	if (c != NULL)
+		c->uid = uid;
+	return c;
+}
+
+int tasktab_cursor_start(struct tasktab_cursor *c, uint64_t *seq)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&tab.lock);
+	tasktab_cursor_leave(c);
+	if (c->uid == 0) {
+		tasktab_cursor_next_user(c);
+	} else {
+		struct tasktab_user *u = tasktab_user_get(c->uid);
+		if (u != NULL)
+			tasktab_cursor_enter(c, u, 0);
+		else
+			err = -ENOMEM;
 	}
-	*out = s;
-	return (ssize_t)count;
+	c->seq = *seq = tab.seq;
+	pthread_mutex_unlock(&tab.lock);
+	return err;
+}
+
+size_t tasktab_cursor_step(struct tasktab_cursor *c, const char *group,
+                           struct tasktab_snap *out, size_t max, bool *done)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&tab.lock);
+	for (unsigned left = TASKTAB_CURSOR_STEP; left > 0 && n < max;) {
+		if (c->u == NULL)
+			break;
+		struct tasktab_link *l = c->mark.next;
+		if (l == NULL) {
+			if (c->uid != 0) {
+				tasktab_cursor_leave(c);
+				break;
+			}
+			tasktab_cursor_next_user(c);
+			left--;
+			continue;
+		}
+		/* Past l. */
+		struct tasktab_user *u = c->u;
+		tasktab_ulist_remove(u, &c->mark);
+		c->mark.prev = l;
+		c->mark.next = l->next;
+		if (l->next != NULL)
+			l->next->prev = &c->mark;
+		else
+			u->utail = &c->mark;
+		l->next = &c->mark;
+		left--;
+		struct rtask *r = l->r;
+		if (r == NULL || r->pending || r->chg_seq > c->seq ||
+		    (group != NULL && !tasktab_in_group(r->group, group)))
+			continue;
+		out[n].id = r->id;
+		out[n].state = r->state;
+		out[n].time_us = tasktab_state_us(r);
+		n++;
+	}
+	*done = c->u == NULL;
+	pthread_mutex_unlock(&tab.lock);
+	return n;
+}
+
+void tasktab_cursor_free(struct tasktab_cursor *c)
+{
+	if (c == NULL)
+		return;
+	pthread_mutex_lock(&tab.lock);
+	tasktab_cursor_leave(c);
+	pthread_mutex_unlock(&tab.lock);
+	free(c);
 }
 
 void tasktab_counts(uint64_t counts[RT_NSTATES])

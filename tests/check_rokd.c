@@ -2762,6 +2762,188 @@ START_TEST(watch_own_tasks_only)
 }
 END_TEST
 
+/* Spawns n tasks of spec on fd, 500 at a time, into ids. */
+static void rc_spawn_many(int fd, Rok__V1__TaskSpec *spec, uint64_t *ids,
+                          long n)
+{
+	for (long done = 0; done < n;) {
+		long b = n - done < 500 ? n - done : 500;
+		for (long i = 0; i < b; i++)
+			rc_spawn_spec(fd, spec, false, 0);
+		for (long i = 0; i < b; i++) {
+			Response *r = rc_recv(fd);
+			rc_assert_ok(r, "spawn failed");
+			ids[done + i] = r->spawn->id;
+			rok__v1__response__free_unpacked(r, NULL);
+		}
+		done += b;
+	}
+}
+
+/* Cancels the n tasks of ids on fd. */
+static void rc_cancel_many(int fd, const uint64_t *ids, long n)
+{
+	for (long done = 0; done < n; done += 1000) {
+		long b = n - done < 1000 ? n - done : 1000;
+		rc_cancel_req(fd, 44, (uint64_t *)ids + done, (size_t)b);
+		Response *r = rc_recv(fd);
+		rc_assert_ok(r, "cancel failed");
+		rok__v1__response__free_unpacked(r, NULL);
+	}
+}
+
+/*
+ * A watch of all takes its snapshot a step at a time as its connection
+ * has room (cmd-watch.c): root's holds every uid's tasks, a user's only
+ * their own, across steps.  Then a snapshot far larger than what the
+ * socket holds, whose tasks start while it is half sent: each task is in
+ * it at most once and as it was when the watch began (queued), each
+ * change comes once after the marker, and every end comes once.
+ */
+START_TEST(watch_snapshot_in_steps)
+{
+	rokd_start("socket_group = nogroup\nwatch_lag_max = 1000000\n"
+	           "max_output = 32768");
+	int fd = rc_hello();
+	Rok__V1__TaskSpec spec = ROK__V1__TASK_SPEC__INIT;
+	ProtobufCBinaryData hour = bin("1h");
+	spec.kind = bin("sleep");
+	spec.args = &hour;
+	spec.n_args = 1;
+	/* Root's 600 and nobody's 300, several steps each. */
+	uint64_t mine[600];
+	rc_spawn_many(fd, &spec, mine, 600);
+	if (geteuid() == 0) {
+		int ready[2];
+		ck_assert_int_eq(pipe(ready), 0);
+		pid_t pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			char b = 0;
+			int c = rc_child_hello();
+			for (int i = 0; i < 300; i++) {
+				rc_spawn_spec(c, &spec, false, 0);
+				Response *r = rc_recv(c);
+				if (r == NULL || r->spawn == NULL)
+					_exit(13);
+				rok__v1__response__free_unpacked(r, NULL);
+			}
+			rc_watch_req(c, 6, NULL, 0, NULL);
+			size_t k = 0;
+			for (;;) {
+				Response *r = rc_recv(c);
+				if (r == NULL || r->watch == NULL)
+					_exit(14);
+				bool done = r->watch->snapshot_done;
+				if (!done && r->watch->task != NULL)
+					_exit(15);
+				rok__v1__response__free_unpacked(r, NULL);
+				if (done)
+					break;
+				k++;
+			}
+			if (k != 300)
+				_exit(16);
+			_exit(write(ready[1], &b, 1) == 1 ? 0 : 17);
+		}
+		char b = 0;
+		ck_assert_int_eq(read(ready[0], &b, 1), 1);
+		rc_reap(pid, "watcher as nobody");
+		close(ready[0]);
+		close(ready[1]);
+		int rootw = rc_hello();
+		rc_watch_req(rootw, 60, NULL, 0, NULL);
+		ck_assert_uint_eq(rc_watch_snapshot(rootw, 60), 900);
+		close(rootw);
+	}
+	rc_cancel_many(fd, mine, 600);
+
+	/* The large one: n tasks held back by a gate task. */
+	long n = 20000;
+	uint64_t *ids = malloc((size_t)n * sizeof(*ids));
+	uint8_t *snap = calloc((size_t)n, 1), *ran = calloc((size_t)n, 1),
+	        *ended = calloc((size_t)n, 1);
+	ck_assert(ids != NULL && snap != NULL && ran != NULL && ended != NULL);
+	uint64_t gate = rc_spawn(fd, "sleep", "1h");
+	spec.after_any = &gate;
+	spec.n_after_any = 1;
+	rc_spawn_many(fd, &spec, ids, n);
+	for (long i = 1; i < n; i++)
+		ck_assert_uint_eq(ids[i], ids[0] + (uint64_t)i);
+	int wfd = rc_hello();
+	int small = 4096;
+	setsockopt(wfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	rc_watch_req(wfd, 50, NULL, 0, NULL);
+	/* Its first entry: the watch began, its snapshot is under way. */
+	Response *first = rc_watch_next(wfd, 50);
+	ck_assert(first->watch->snapshot);
+	/* The gate goes: the n start while the snapshot waits for room. */
+	rc_cancel_ok(fd, gate);
+	for (long i = 0; i < n; i++)
+		while (rc_state(fd, ids[i]) == ROK__V1__TASK_STATE__TASK_QUEUED)
+			usleep(1000);
+	long nsnap = 0, nended = 0;
+	bool marker = false, cancelled = false;
+	for (Response *r = first; r != NULL;
+	     r = nended < n ? rc_watch_next(wfd, 50) : NULL) {
+		Rok__V1__WatchEvent *we = r->watch;
+		uint64_t id = we->id;
+		long k = id >= ids[0] && id < ids[0] + (uint64_t)n
+		         ? (long)(id - ids[0]) : -1;
+		if (we->snapshot_done) {
+			ck_assert(!marker);
+			marker = true;
+		} else if (we->snapshot) {
+			ck_assert_msg(!marker, "task %llu: a snapshot entry "
+			              "after the marker", (unsigned long long)id);
+			if (k >= 0) {
+				ck_assert_msg(!snap[k], "task %llu twice in the "
+				              "snapshot", (unsigned long long)id);
+				ck_assert_msg(we->state ==
+				              ROK__V1__TASK_STATE__TASK_QUEUED,
+				              "task %llu: in the snapshot as %d, "
+				              "a state it took after the watch "
+				              "began", (unsigned long long)id,
+				              (int)we->state);
+				snap[k] = 1;
+				nsnap++;
+			}
+		} else if (k >= 0) {
+			ck_assert(marker);
+			if (rc_is_end(we->state)) {
+				ck_assert_msg(!ended[k], "task %llu ended twice",
+				              (unsigned long long)id);
+				ck_assert(cancelled);
+				ended[k] = 1;
+				nended++;
+			} else if (we->state ==
+			           ROK__V1__TASK_STATE__TASK_RUNNING) {
+				ck_assert_msg(!ran[k], "task %llu started twice",
+				              (unsigned long long)id);
+				ran[k] = 1;
+			}
+		}
+		rok__v1__response__free_unpacked(r, NULL);
+		/* The snapshot read whole, with every task running: now
+		 * their ends. */
+		if (marker && !cancelled) {
+			rc_cancel_many(fd, ids, n);
+			cancelled = true;
+		}
+	}
+	/* Some were sent before the gate went, not all. */
+	ck_assert_int_gt(nsnap, 0);
+	ck_assert_int_lt(nsnap, n);
+	free(ids);
+	free(snap);
+	free(ran);
+	free(ended);
+	close(wfd);
+	close(fd);
+	rokd_stop();
+}
+END_TEST
+
 /* spawn --wait of noop on fd, as request req_id: its reply must be a
  * success (not a refusal). */
 static void rc_spawn_wait_ok(int fd, uint64_t req_id)
@@ -2908,6 +3090,7 @@ static Suite *rokd_suite(void)
 		{ "watch_every_end_once", watch_every_end_once },
 		{ "watch_lagging_reader", watch_lagging_reader },
 		{ "watch_own_tasks_only", watch_own_tasks_only },
+		{ "watch_snapshot_in_steps", watch_snapshot_in_steps },
 		{ "streams_closed_and_stopped", streams_closed_and_stopped },
 		{ "streams_of_evicted_closed", streams_of_evicted_closed },
 		{ "when_checks", when_checks },

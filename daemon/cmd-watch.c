@@ -96,8 +96,9 @@ struct watcher {
 	struct tasktab_cursor *cur;
 	struct event *resume;
 	bool walking, marker;
-	struct tasktab_snap step[WATCH_STEP];
+	struct tasktab_snap *step;   /* WATCH_STEP entries */
 	size_t soff, slen;
+	bool subscribed;             /* to the events (watch_free) */
 	struct watch_ent *q;         /* FIFO: q[qoff..qlen) */
 	size_t qoff, qlen, qcap;
 	size_t live;                 /* events (not snapshot) in the FIFO */
@@ -157,6 +158,7 @@ static void watch_discard(struct watcher *w)
 	if (w->resume != NULL)
 		event_free(w->resume);
 	tasktab_cursor_free(w->cur);
+	free(w->step);
 	free(w);
 }
 
@@ -169,7 +171,9 @@ static void watch_free(struct watcher *w)
 	if (w->next != NULL)
 		w->next->prev = w->prev;
 	conn_stream_remove(&w->stream);   /* and its QUOTA_FOLLOWERS */
-	events_unsubscribe(watch_event_cb, WATCH_EVENTS);
+	/* Only its own: the count is every watcher's. */
+	if (w->subscribed)
+		events_unsubscribe(watch_event_cb, WATCH_EVENTS);
 	watch_discard(w);
 }
 
@@ -343,6 +347,16 @@ static bool watch_snap_next(struct watcher *w, struct watch_ent *e)
 	return false;
 }
 
+/* Pumps w again on the next loop turn, after the other connections' I/O
+ * (a timer of no delay fires after the next poll). */
+static void watch_resume_later(struct watcher *w)
+{
+	static const struct timeval now = { 0, 0 };
+
+	if (!evtimer_pending(w->resume, NULL) && evtimer_add(w->resume, &now) < 0)
+		watch_fail(w, "cannot resume a snapshot");
+}
+
 /* Sends what the connection has room for.  w may be freed. */
 static void watch_pump(struct watcher *w)
 {
@@ -369,9 +383,7 @@ static void watch_pump(struct watcher *w)
 		if (w->walking) {
 			if (stepped) {
 				/* The other connections' turn first. */
-				static const struct timeval now = { 0, 0 };
-				if (event_add(w->resume, &now) < 0)
-					watch_fail(w, "cannot resume a snapshot");
+				watch_resume_later(w);
 				return;
 			}
 			bool done;
@@ -452,7 +464,11 @@ static void watch_event_cb(const struct events_ev *ev)
 		if (!watch_wants(w, ev->state, k >= 0))
 			continue;
 		watch_queue(w, ev);
-		watch_pump(w);
+		/* A walk goes a step per turn, not a step per event. */
+		if (w->walking)
+			watch_resume_later(w);
+		else
+			watch_pump(w);
 	}
 }
 
@@ -575,15 +591,15 @@ static void watch_start(struct watcher *w)
 	watch.head = w;
 	if (w->ids == NULL &&
 	    ((w->cur = tasktab_cursor_new(w->uid)) == NULL ||
+	     (w->step = malloc(WATCH_STEP * sizeof(*w->step))) == NULL ||
 	     (w->resume = evtimer_new(reactor_base(), watch_resume_cb,
 	                              w)) == NULL)) {
 		watch_fail(w, "out of memory for a snapshot");
 		return;
 	}
-	/* Subscribed before the snapshot: see events.c.  (An unsubscribe
-	 * of what was never subscribed, in watch_free, does nothing.) */
-	if (events_subscribe(watch_event_cb, WATCH_EVENTS) < 0 ||
-	    watch_snapshot(w) < 0) {
+	/* Subscribed before the snapshot: see events.c. */
+	w->subscribed = events_subscribe(watch_event_cb, WATCH_EVENTS) == 0;
+	if (!w->subscribed || watch_snapshot(w) < 0) {
 		watch_fail(w, "out of memory for a snapshot");
 		return;
 	}

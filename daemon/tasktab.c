@@ -1649,32 +1649,37 @@ ssize_t tasktab_snapshot(const uint64_t *ids, size_t n,
 }
 
 /*
- * Watch cursors.  A cursor is a link with no record in a uid's list of
- * unfinished records; each step moves it past at most TASKTAB_CURSOR_STEP
- * links, so a watch of a uid with a million tasks holds the lock (and the
- * reactor) for a bounded time per step, and one of a uid with few tasks
- * never walks another's.  Root's cursor goes through every uid's list in
- * turn: users are chained at the head of their hash bucket, so one that
- * came after the start is never reached, and all it holds came after the
- * start too.  What a step reports is what has not changed since the start
- * (chg_seq <= seq): what did is told by its event, which comes after the
- * start.  A record moves to its list's end only with a change, so an
- * unchanged one is met exactly once.
+ * Watch cursors.  A cursor is a pair of links with no record in a uid's
+ * list of unfinished records: `mark`, which each step moves past at most
+ * TASKTAB_CURSOR_STEP links, and `end`, put at the list's tail when the
+ * cursor enters it, where the walk of that list stops (what is appended
+ * behind it came later: a new spawn, or a record that changed).  So a
+ * watch of a uid with a million tasks holds the lock (and the reactor)
+ * for a bounded time per step and ends however fast the uid spawns, and
+ * one of a uid with few tasks never walks another's.  Root's cursor goes
+ * through every uid's list in turn, in the hash's order; a user entry
+ * made after the start may or may not be reached, and holds nothing to
+ * report either way.  What a step reports is what has not changed since
+ * the start (chg_seq <= seq): what did is told by its event, numbered
+ * after the start.  A record moves to its list's end only with a change,
+ * so an unchanged one is met exactly once.
  */
 #define TASKTAB_CURSOR_STEP 256
 
 struct tasktab_cursor {
-	struct tasktab_link mark;
+	struct tasktab_link mark, end;
 	struct tasktab_user *u;        /* whose list mark is in; NULL: none */
 	size_t bucket;                 /* root's: u's bucket in tab.users */
 	uint64_t seq;                  /* tab.seq at the start */
 	uid_t uid;
 };
 
-/* Lock held.  Puts c at the head of u's list. */
+/* Lock held.  Puts c's mark at the head of u's list, its end at the
+ * tail. */
 static void tasktab_cursor_enter(struct tasktab_cursor *c,
                                  struct tasktab_user *u, size_t bucket)
 {
+	tasktab_ulist_append(u, &c->end);
 	c->mark.prev = NULL;
 	c->mark.next = u->uhead;
 	if (u->uhead != NULL)
@@ -1695,6 +1700,7 @@ static void tasktab_cursor_leave(struct tasktab_cursor *c)
 	if (u == NULL)
 		return;
 	tasktab_ulist_remove(u, &c->mark);
+	tasktab_ulist_remove(u, &c->end);
 	u->ncursors--;
 	c->u = NULL;
 	tasktab_user_put(u);
@@ -1755,7 +1761,7 @@ size_t tasktab_cursor_step(struct tasktab_cursor *c, const char *group,
 		if (c->u == NULL)
 			break;
 		struct tasktab_link *l = c->mark.next;
-		if (l == NULL) {
+		if (l == &c->end) {
 			if (c->uid != 0) {
 				tasktab_cursor_leave(c);
 				break;

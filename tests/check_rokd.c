@@ -2792,6 +2792,34 @@ static void rc_cancel_many(int fd, const uint64_t *ids, long n)
 	}
 }
 
+/* Spawns a task that sleeps an hour on fd and waits until it runs: a gate
+ * for tasks that start once it ended (after_any), which stay queued. */
+static uint64_t rc_gate(int fd)
+{
+	uint64_t gate = rc_spawn(fd, "sleep", "1h");
+
+	while (rc_state(fd, gate) == ROK__V1__TASK_STATE__TASK_QUEUED)
+		usleep(1000);
+	return gate;
+}
+
+/* How many snapshot entries leave no room in the daemon's socket: three
+ * times what its send buffer (the default for a Unix socket's) and the
+ * pause mark (max_output / 2) hold, at some 20 bytes an entry. */
+static long rc_snapshot_too_big(long max_output)
+{
+	long wmem = 212992;
+	FILE *f = fopen("/proc/sys/net/core/wmem_default", "r");
+
+	if (f != NULL) {
+		if (fscanf(f, "%ld", &wmem) != 1)
+			wmem = 212992;
+		fclose(f);
+	}
+	long n = 3 * (wmem + max_output / 2) / 20;
+	return n > 20000 ? n : 20000;
+}
+
 /*
  * A watch of all takes its snapshot a step at a time as its connection
  * has room (cmd-watch.c): root's holds every uid's tasks, a user's only
@@ -2810,8 +2838,11 @@ START_TEST(watch_snapshot_in_steps)
 	spec.kind = bin("sleep");
 	spec.args = &hour;
 	spec.n_args = 1;
-	/* Root's 600 and nobody's 300, several steps each. */
-	uint64_t mine[600];
+	/* Root's 600 and nobody's 300, several steps each, held queued by a
+	 * gate each (running): none changes while the watches walk. */
+	uint64_t mine[600], gate = rc_gate(fd);
+	spec.after_any = &gate;
+	spec.n_after_any = 1;
 	rc_spawn_many(fd, &spec, mine, 600);
 	if (geteuid() == 0) {
 		int ready[2];
@@ -2821,6 +2852,8 @@ START_TEST(watch_snapshot_in_steps)
 		if (pid == 0) {
 			char b = 0;
 			int c = rc_child_hello();
+			uint64_t theirs = rc_gate(c);
+			spec.after_any = &theirs;
 			for (int i = 0; i < 300; i++) {
 				rc_spawn_spec(c, &spec, false, 0);
 				Response *r = rc_recv(c);
@@ -2842,7 +2875,7 @@ START_TEST(watch_snapshot_in_steps)
 					break;
 				k++;
 			}
-			if (k != 300)
+			if (k != 301)
 				_exit(16);
 			_exit(write(ready[1], &b, 1) == 1 ? 0 : 17);
 		}
@@ -2853,20 +2886,19 @@ START_TEST(watch_snapshot_in_steps)
 		close(ready[1]);
 		int rootw = rc_hello();
 		rc_watch_req(rootw, 60, NULL, 0, NULL);
-		ck_assert_uint_eq(rc_watch_snapshot(rootw, 60), 900);
+		ck_assert_uint_eq(rc_watch_snapshot(rootw, 60), 902);
 		close(rootw);
 	}
 	rc_cancel_many(fd, mine, 600);
+	rc_cancel_ok(fd, gate);
 
 	/* The large one: n tasks held back by a gate task. */
-	long n = 20000;
+	long n = rc_snapshot_too_big(32768);
 	uint64_t *ids = malloc((size_t)n * sizeof(*ids));
 	uint8_t *snap = calloc((size_t)n, 1), *ran = calloc((size_t)n, 1),
 	        *ended = calloc((size_t)n, 1);
 	ck_assert(ids != NULL && snap != NULL && ran != NULL && ended != NULL);
-	uint64_t gate = rc_spawn(fd, "sleep", "1h");
-	spec.after_any = &gate;
-	spec.n_after_any = 1;
+	gate = rc_gate(fd);
 	rc_spawn_many(fd, &spec, ids, n);
 	for (long i = 1; i < n; i++)
 		ck_assert_uint_eq(ids[i], ids[0] + (uint64_t)i);
@@ -2931,9 +2963,13 @@ START_TEST(watch_snapshot_in_steps)
 			cancelled = true;
 		}
 	}
-	/* Some were sent before the gate went, not all. */
+	/* Some were sent before the gate went, not all; and all started
+	 * after the watch began, so each was told of as it did. */
 	ck_assert_int_gt(nsnap, 0);
 	ck_assert_int_lt(nsnap, n);
+	for (long k = 0; k < n; k++)
+		ck_assert_msg(ran[k], "task %llu: no running event",
+		              (unsigned long long)ids[k]);
 	free(ids);
 	free(snap);
 	free(ran);

@@ -262,17 +262,22 @@ static void tasktab_user_put(struct tasktab_user *u)
 	free(u);
 }
 
-/* Lock held.  Appends l to u's list of unfinished records. */
-static void tasktab_ulist_append(struct tasktab_user *u,
+/* Lock held.  Puts l into u's list of unfinished records after `at`
+ * (NULL: at the head). */
+static void tasktab_ulist_insert(struct tasktab_user *u,
+                                 struct tasktab_link *at,
                                  struct tasktab_link *l)
 {
-	l->next = NULL;
-	l->prev = u->utail;
-	if (u->utail != NULL)
-		u->utail->next = l;
+	l->prev = at;
+	l->next = at != NULL ? at->next : u->uhead;
+	if (l->next != NULL)
+		l->next->prev = l;
+	else
+		u->utail = l;
+	if (at != NULL)
+		at->next = l;
 	else
 		u->uhead = l;
-	u->utail = l;
 }
 
 /* Lock held.  Takes l out of u's list. */
@@ -302,7 +307,7 @@ static void tasktab_user_count(struct rtask *r, int delta)
 	else
 		return;
 	if (delta > 0)
-		tasktab_ulist_append(r->user, &r->ulink);
+		tasktab_ulist_insert(r->user, r->user->utail, &r->ulink);
 	else
 		tasktab_ulist_remove(r->user, &r->ulink);
 }
@@ -1679,14 +1684,8 @@ struct tasktab_cursor {
 static void tasktab_cursor_enter(struct tasktab_cursor *c,
                                  struct tasktab_user *u, size_t bucket)
 {
-	tasktab_ulist_append(u, &c->end);
-	c->mark.prev = NULL;
-	c->mark.next = u->uhead;
-	if (u->uhead != NULL)
-		u->uhead->prev = &c->mark;
-	else
-		u->utail = &c->mark;
-	u->uhead = &c->mark;
+	tasktab_ulist_insert(u, u->utail, &c->end);
+	tasktab_ulist_insert(u, NULL, &c->mark);
 	u->ncursors++;
 	c->u = u;
 	c->bucket = bucket;
@@ -1771,15 +1770,8 @@ size_t tasktab_cursor_step(struct tasktab_cursor *c, const char *group,
 			continue;
 		}
 		/* Past l. */
-		struct tasktab_user *u = c->u;
-		tasktab_ulist_remove(u, &c->mark);
-		c->mark.prev = l;
-		c->mark.next = l->next;
-		if (l->next != NULL)
-			l->next->prev = &c->mark;
-		else
-			u->utail = &c->mark;
-		l->next = &c->mark;
+		tasktab_ulist_remove(c->u, &c->mark);
+		tasktab_ulist_insert(c->u, l, &c->mark);
 		left--;
 		struct rtask *r = l->r;
 		if (r == NULL || r->pending || r->chg_seq > c->seq ||

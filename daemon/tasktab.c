@@ -112,6 +112,7 @@ struct rtask {
 	rok_task *handle;              /* the runtime task, until finished */
 	struct rtask *hnext;           /* hash chain */
 	struct rtask *prev, *next;     /* all records, in id order */
+	struct rtask *uaprev, *uanext; /* its uid's records, in id order */
 	struct rtask *fnext, *fprev;   /* finished FIFO */
 	struct rtask *ufnext;          /* its uid's finished FIFO */
 	struct tasktab_link ulink;     /* queued or running: in its uid's
@@ -133,6 +134,7 @@ struct tasktab_user {
 	uint64_t queued, running, nfinished;
 	uint64_t bytes;                /* its records' bytes (rtask.bytes) */
 	struct rtask *fhead, *ftail;
+	struct rtask *ahead, *atail;   /* all its records, in id order */
 	/* Its queued and running records, and the watches' cursors, which
 	 * hold the entry (ncursors) while they are in the list. */
 	struct tasktab_link *uhead, *utail;
@@ -230,15 +232,24 @@ static struct rtask *tasktab_find(uint64_t id)
 	return r;
 }
 
+/* Lock held.  uid's entry, or NULL. */
+static struct tasktab_user *tasktab_user_find(uid_t uid)
+{
+	struct tasktab_user *u = tab.users[(uid * 2654435761u) %
+	                                   TASKTAB_USER_BUCKETS];
+
+	while (u != NULL && u->uid != uid)
+		u = u->next;
+	return u;
+}
+
 /* Lock held.  uid's entry, created if absent (NULL: out of memory). */
 static struct tasktab_user *tasktab_user_get(uid_t uid)
 {
 	struct tasktab_user **b = &tab.users[(uid * 2654435761u) %
 	                                     TASKTAB_USER_BUCKETS];
-	struct tasktab_user *u = *b;
+	struct tasktab_user *u = tasktab_user_find(uid);
 
-	while (u != NULL && u->uid != uid)
-		u = u->next;
 	if (u == NULL && (u = calloc(1, sizeof(*u))) != NULL) {
 		u->uid = uid;
 		u->next = *b;
@@ -357,6 +368,15 @@ static void tasktab_unlink(struct rtask *r)
 		r->next->prev = r->prev;
 	else
 		tab.tail = r->prev;
+	struct tasktab_user *u = r->user;
+	if (r->uaprev != NULL)
+		r->uaprev->uanext = r->uanext;
+	else
+		u->ahead = r->uanext;
+	if (r->uanext != NULL)
+		r->uanext->uaprev = r->uaprev;
+	else
+		u->atail = r->uaprev;
 	tab.count--;
 	tab.counts[r->state]--;
 	tasktab_user_count(r, -1);
@@ -599,6 +619,13 @@ static void tasktab_insert(struct rtask *r)
 	else
 		tab.head = r;
 	tab.tail = r;
+	struct tasktab_user *u = r->user;
+	r->uaprev = u->atail;
+	if (u->atail != NULL)
+		u->atail->uanext = r;
+	else
+		u->ahead = r;
+	u->atail = r;
 	tab.count++;
 	tasktab_user_count(r, 1);
 	r->user->bytes += r->bytes;
@@ -1450,6 +1477,21 @@ bool tasktab_finished(uint64_t id)
 	return done;
 }
 
+/* Lock held.  Where a page of uid's records (root: everyone's) after id
+ * `after` starts: past that record when it is one of them, else at the
+ * first.  A user's page walks the uid's own records only. */
+static struct rtask *tasktab_list_first(uid_t uid, uint64_t after)
+{
+	struct rtask *r = after > 0 ? tasktab_find(after) : NULL;
+
+	if (r != NULL && (uid == 0 || r->uid == uid))
+		return uid == 0 ? r->next : r->uanext;
+	if (uid == 0)
+		return tab.head;
+	struct tasktab_user *u = tasktab_user_find(uid);
+	return u != NULL ? u->ahead : NULL;
+}
+
 /*
  * Merges two id-ordered sources: the records in memory (which hold every
  * unfinished task and the newest finished ones, always current) and the
@@ -1481,13 +1523,12 @@ size_t tasktab_list(uid_t uid, int state, const char *group, uint64_t after,
 			nj = 0;
 	}
 	pthread_mutex_lock(&tab.lock);
-	struct rtask *r = tab.head;
+	struct rtask *r = tasktab_list_first(uid, after);
 	for (;;) {
 		while (r != NULL && (r->id <= after || r->gone ||
-		       (uid != 0 && r->uid != uid) ||
 		       (state != 0 && r->state != state) ||
 		       (group != NULL && !tasktab_in_group(r->group, group))))
-			r = r->next;
+			r = uid == 0 ? r->next : r->uanext;
 		while (j < (size_t)nj && (jids[j] <= after ||
 		       (r != NULL && jids[j] == r->id) ||
 		       ((r == NULL || jids[j] < r->id) &&
@@ -1514,7 +1555,7 @@ size_t tasktab_list(uid_t uid, int state, const char *group, uint64_t after,
 			used += sz;
 			n++;
 			after = r->id;
-			r = r->next;
+			r = uid == 0 ? r->next : r->uanext;
 		} else {
 			infos[n]->id = jids[j];
 			from_journal[n++] = true;

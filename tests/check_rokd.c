@@ -2823,7 +2823,7 @@ static long rc_snapshot_too_big(long max_output)
 /*
  * A watch of all takes its snapshot a step at a time as its connection
  * has room (cmd-watch.c): root's holds every uid's tasks, a user's only
- * their own, across steps.  Then a snapshot far larger than what the
+ * their own, across steps; the user's list pages go through their own.  Then a snapshot far larger than what the
  * socket holds, whose tasks start while it is half sent: each task is in
  * it at most once and as it was when the watch began (queued), each
  * change comes once after the marker, and every end comes once.
@@ -2877,6 +2877,51 @@ START_TEST(watch_snapshot_in_steps)
 			}
 			if (k != 301)
 				_exit(16);
+			/* Its list, by pages of 100: its 301 in id order
+			 * (from one of root's ids too). */
+			uint64_t after = 0, first = 0;
+			k = 0;
+			for (bool more = true; more;) {
+				Request req = ROK__V1__REQUEST__INIT;
+				Rok__V1__ListRequest l =
+					ROK__V1__LIST_REQUEST__INIT;
+				l.after_id = after;
+				l.limit = 100;
+				req.id = 8;
+				req.body_case = ROK__V1__REQUEST__BODY_LIST;
+				req.list = &l;
+				rc_send(c, &req);
+				Response *r = rc_recv(c);
+				if (r == NULL || r->list == NULL)
+					_exit(18);
+				for (size_t i = 0; i < r->list->n_tasks; i++) {
+					uint64_t id = r->list->tasks[i]->id;
+					if (id <= after ||
+					    r->list->tasks[i]->uid != 65534)
+						_exit(19);
+					if (first == 0)
+						first = id;
+					after = id;
+					k++;
+				}
+				more = r->list->more;
+				rok__v1__response__free_unpacked(r, NULL);
+			}
+			if (k != 301)
+				_exit(20);
+			Request req = ROK__V1__REQUEST__INIT;
+			Rok__V1__ListRequest l = ROK__V1__LIST_REQUEST__INIT;
+			l.after_id = first - 1;   /* one of root's */
+			req.id = 9;
+			req.body_case = ROK__V1__REQUEST__BODY_LIST;
+			req.list = &l;
+			rc_send(c, &req);
+			Response *r = rc_recv(c);
+			if (r == NULL || r->list == NULL ||
+			    r->list->n_tasks != 301 ||
+			    r->list->tasks[0]->id != first)
+				_exit(21);
+			rok__v1__response__free_unpacked(r, NULL);
 			_exit(write(ready[1], &b, 1) == 1 ? 0 : 17);
 		}
 		char b = 0;

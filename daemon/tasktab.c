@@ -8,8 +8,10 @@
  * lock is enough at hundreds of thousands of tasks per second.
  *
  * Records sit in a hash table by id, in a list in id order (ids are handed
- * out in increasing order, so appending keeps it sorted; `list` pages
- * through it), and, once finished, in a FIFO: when more than
+ * out in increasing order, so appending keeps it sorted; root's `list`
+ * pages through it), in their uid's list in id order (a user's `list`),
+ * and, while unfinished, in their uid's list of those (watch cursors);
+ * once finished, in a FIFO: when more than
  * config.max_finished finished tasks are kept, the oldest are forgotten, so
  * memory stays bounded under any load.  An unfinished record is never
  * forgotten: its runtime task points at it.  Nor is a finished one whose
@@ -134,7 +136,8 @@ struct tasktab_user {
 	uint64_t queued, running, nfinished;
 	uint64_t bytes;                /* its records' bytes (rtask.bytes) */
 	struct rtask *fhead, *ftail;
-	struct rtask *ahead, *atail;   /* all its records, in id order */
+	struct rtask *ahead, *atail;   /* all its records, in id order
+	                                  (each counted above) */
 	/* Its queued and running records, and the watches' cursors, which
 	 * hold the entry (ncursors) while they are in the list. */
 	struct tasktab_link *uhead, *utail;
@@ -349,7 +352,7 @@ static void tasktab_grow(void)
 	free(old);
 }
 
-/* Lock held.  Takes r out of the hash and the id list and frees it; the
+/* Lock held.  Takes r out of the hash and the id lists and frees it; the
  * caller took it off the finished FIFO (or it was never on it).  Its uid's
  * record stays, even holding nothing now: the caller puts it
  * (tasktab_user_put) once done with it. */

@@ -2823,10 +2823,11 @@ static long rc_snapshot_too_big(long max_output)
 /*
  * A watch of all takes its snapshot a step at a time as its connection
  * has room (cmd-watch.c): root's holds every uid's tasks, a user's only
- * their own, across steps; the user's list pages go through their own.  Then a snapshot far larger than what the
- * socket holds, whose tasks start while it is half sent: each task is in
- * it at most once and as it was when the watch began (queued), each
- * change comes once after the marker, and every end comes once.
+ * their own, across steps; the user's list pages go through their own.
+ * Then a snapshot far larger than what the socket holds, whose tasks
+ * start while it is half sent: each task is in it at most once and as it
+ * was when the watch began (queued), each change comes once after the
+ * marker, and every end comes once.
  */
 START_TEST(watch_snapshot_in_steps)
 {
@@ -2911,14 +2912,14 @@ START_TEST(watch_snapshot_in_steps)
 				_exit(20);
 			Request req = ROK__V1__REQUEST__INIT;
 			Rok__V1__ListRequest l = ROK__V1__LIST_REQUEST__INIT;
-			l.after_id = first - 1;   /* one of root's */
+			l.after_id = mine[599];   /* root's, below its own */
 			req.id = 9;
 			req.body_case = ROK__V1__REQUEST__BODY_LIST;
 			req.list = &l;
 			rc_send(c, &req);
 			Response *r = rc_recv(c);
 			if (r == NULL || r->list == NULL ||
-			    r->list->n_tasks != 301 ||
+			    r->list->n_tasks != 301 || r->list->more ||
 			    r->list->tasks[0]->id != first)
 				_exit(21);
 			rok__v1__response__free_unpacked(r, NULL);

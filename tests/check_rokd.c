@@ -2762,6 +2762,22 @@ START_TEST(watch_own_tasks_only)
 }
 END_TEST
 
+/* Sends a list of the tasks after id `after`, at most limit (0: the
+ * daemon's page), as request req_id. */
+static void rc_list_req(int fd, uint64_t req_id, uint64_t after,
+                        uint32_t limit)
+{
+	Request req = ROK__V1__REQUEST__INIT;
+	Rok__V1__ListRequest l = ROK__V1__LIST_REQUEST__INIT;
+
+	l.after_id = after;
+	l.limit = limit;
+	req.id = req_id;
+	req.body_case = ROK__V1__REQUEST__BODY_LIST;
+	req.list = &l;
+	rc_send(fd, &req);
+}
+
 /* Spawns n tasks of spec on fd, 500 at a time, into ids. */
 static void rc_spawn_many(int fd, Rok__V1__TaskSpec *spec, uint64_t *ids,
                           long n)
@@ -2883,15 +2899,7 @@ START_TEST(watch_snapshot_in_steps)
 			uint64_t after = 0, first = 0;
 			k = 0;
 			for (bool more = true; more;) {
-				Request req = ROK__V1__REQUEST__INIT;
-				Rok__V1__ListRequest l =
-					ROK__V1__LIST_REQUEST__INIT;
-				l.after_id = after;
-				l.limit = 100;
-				req.id = 8;
-				req.body_case = ROK__V1__REQUEST__BODY_LIST;
-				req.list = &l;
-				rc_send(c, &req);
+				rc_list_req(c, 8, after, 100);
 				Response *r = rc_recv(c);
 				if (r == NULL || r->list == NULL)
 					_exit(18);
@@ -2910,13 +2918,7 @@ START_TEST(watch_snapshot_in_steps)
 			}
 			if (k != 301)
 				_exit(20);
-			Request req = ROK__V1__REQUEST__INIT;
-			Rok__V1__ListRequest l = ROK__V1__LIST_REQUEST__INIT;
-			l.after_id = mine[599];   /* root's, below its own */
-			req.id = 9;
-			req.body_case = ROK__V1__REQUEST__BODY_LIST;
-			req.list = &l;
-			rc_send(c, &req);
+			rc_list_req(c, 9, mine[599], 0);   /* root's id */
 			Response *r = rc_recv(c);
 			if (r == NULL || r->list == NULL ||
 			    r->list->n_tasks != 301 || r->list->more ||

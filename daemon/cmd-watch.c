@@ -98,7 +98,6 @@ struct watcher {
 	bool walking, marker;
 	struct tasktab_snap *step;   /* WATCH_STEP entries */
 	size_t soff, slen;
-	bool subscribed;             /* to the events (watch_free) */
 	struct watch_ent *q;         /* FIFO: q[qoff..qlen) */
 	size_t qoff, qlen, qcap;
 	size_t live;                 /* events (not snapshot) in the FIFO */
@@ -171,9 +170,7 @@ static void watch_free(struct watcher *w)
 	if (w->next != NULL)
 		w->next->prev = w->prev;
 	conn_stream_remove(&w->stream);   /* and its QUOTA_FOLLOWERS */
-	/* Only its own: the count is every watcher's. */
-	if (w->subscribed)
-		events_unsubscribe(watch_event_cb, WATCH_EVENTS);
+	events_unsubscribe(watch_event_cb, WATCH_EVENTS);
 	watch_discard(w);
 }
 
@@ -579,27 +576,36 @@ static void watch_start(struct watcher *w)
 {
 	struct conn *c = w->conn;
 
+	if (w->ids == NULL &&
+	    ((w->cur = tasktab_cursor_new(w->uid)) == NULL ||
+	     (w->step = malloc(WATCH_STEP * sizeof(*w->step))) == NULL ||
+	     (w->resume = evtimer_new(reactor_base(), watch_resume_cb,
+	                              w)) == NULL)) {
+		reply_post_error(c, w->req_id, ROK__V1__ERROR_CODE__INTERNAL,
+		                 "out of memory for a snapshot");
+		watch_discard(w);
+		return;
+	}
 	/* Refused on a connection closed while the pool read (its streams
 	 * were told already): only the wait ends. */
 	if (!conn_stream_add(c, &w->stream, &watch_ops, w->req_id)) {
 		watch_discard(w);   /* answered */
 		return;
 	}
+	/* Subscribed before the snapshot: see events.c.  (Only a full
+	 * subscriber table, a programming error, fails.) */
+	if (events_subscribe(watch_event_cb, WATCH_EVENTS) < 0) {
+		conn_stream_remove(&w->stream);
+		reply_post_error(c, w->req_id, ROK__V1__ERROR_CODE__INTERNAL,
+		                 "out of memory");
+		watch_discard(w);
+		return;
+	}
 	w->next = watch.head;
 	if (watch.head != NULL)
 		watch.head->prev = w;
 	watch.head = w;
-	if (w->ids == NULL &&
-	    ((w->cur = tasktab_cursor_new(w->uid)) == NULL ||
-	     (w->step = malloc(WATCH_STEP * sizeof(*w->step))) == NULL ||
-	     (w->resume = evtimer_new(reactor_base(), watch_resume_cb,
-	                              w)) == NULL)) {
-		watch_fail(w, "out of memory for a snapshot");
-		return;
-	}
-	/* Subscribed before the snapshot: see events.c. */
-	w->subscribed = events_subscribe(watch_event_cb, WATCH_EVENTS) == 0;
-	if (!w->subscribed || watch_snapshot(w) < 0) {
+	if (watch_snapshot(w) < 0) {
 		watch_fail(w, "out of memory for a snapshot");
 		return;
 	}

@@ -235,11 +235,15 @@ static struct rtask *tasktab_find(uint64_t id)
 	return r;
 }
 
+static size_t tasktab_user_bucket(uid_t uid)
+{
+	return (uid * 2654435761u) % TASKTAB_USER_BUCKETS;
+}
+
 /* Lock held.  uid's entry, or NULL. */
 static struct tasktab_user *tasktab_user_find(uid_t uid)
 {
-	struct tasktab_user *u = tab.users[(uid * 2654435761u) %
-	                                   TASKTAB_USER_BUCKETS];
+	struct tasktab_user *u = tab.users[tasktab_user_bucket(uid)];
 
 	while (u != NULL && u->uid != uid)
 		u = u->next;
@@ -249,8 +253,7 @@ static struct tasktab_user *tasktab_user_find(uid_t uid)
 /* Lock held.  uid's entry, created if absent (NULL: out of memory). */
 static struct tasktab_user *tasktab_user_get(uid_t uid)
 {
-	struct tasktab_user **b = &tab.users[(uid * 2654435761u) %
-	                                     TASKTAB_USER_BUCKETS];
+	struct tasktab_user **b = &tab.users[tasktab_user_bucket(uid)];
 	struct tasktab_user *u = tasktab_user_find(uid);
 
 	if (u == NULL && (u = calloc(1, sizeof(*u))) != NULL) {
@@ -268,8 +271,7 @@ static void tasktab_user_put(struct tasktab_user *u)
 	if (u->queued != 0 || u->running != 0 || u->nfinished != 0 ||
 	    u->ncursors != 0)
 		return;
-	struct tasktab_user **b = &tab.users[(u->uid * 2654435761u) %
-	                                     TASKTAB_USER_BUCKETS];
+	struct tasktab_user **b = &tab.users[tasktab_user_bucket(u->uid)];
 	while (*b != u)
 		b = &(*b)->next;
 	*b = u->next;
@@ -1718,7 +1720,6 @@ ssize_t tasktab_snapshot(const uint64_t *ids, size_t n,
 struct tasktab_cursor {
 	struct tasktab_link mark, end;
 	struct tasktab_user *u;        /* whose list mark is in; NULL: none */
-	size_t bucket;                 /* root's: u's bucket in tab.users */
 	uint64_t seq;                  /* tab.seq at the start */
 	uid_t uid;
 };
@@ -1726,13 +1727,12 @@ struct tasktab_cursor {
 /* Lock held.  Puts c's mark at the head of u's list, its end at the
  * tail. */
 static void tasktab_cursor_enter(struct tasktab_cursor *c,
-                                 struct tasktab_user *u, size_t bucket)
+                                 struct tasktab_user *u)
 {
 	tasktab_ulist_insert(u, u->utail, &c->end);
 	tasktab_ulist_insert(u, NULL, &c->mark);
 	u->ncursors++;
 	c->u = u;
-	c->bucket = bucket;
 }
 
 /* Lock held.  Takes c out of its list; its uid's entry may go. */
@@ -1754,7 +1754,7 @@ static void tasktab_cursor_leave(struct tasktab_cursor *c)
 static void tasktab_cursor_next_user(struct tasktab_cursor *c)
 {
 	struct tasktab_user *u = c->u, *next = u != NULL ? u->next : NULL;
-	size_t b = u != NULL ? c->bucket : 0;
+	size_t b = u != NULL ? tasktab_user_bucket(u->uid) : 0;
 
 	if (u == NULL && tab.users[0] != NULL)
 		next = tab.users[0];
@@ -1762,7 +1762,7 @@ static void tasktab_cursor_next_user(struct tasktab_cursor *c)
 		next = tab.users[b];
 	tasktab_cursor_leave(c);   /* after next was read: u may go */
 	if (next != NULL)
-		tasktab_cursor_enter(c, next, b);
+		tasktab_cursor_enter(c, next);
 }
 
 struct tasktab_cursor *tasktab_cursor_new(uid_t uid)
@@ -1785,7 +1785,7 @@ int tasktab_cursor_start(struct tasktab_cursor *c, uint64_t *seq)
 	} else {
 		struct tasktab_user *u = tasktab_user_get(c->uid);
 		if (u != NULL)
-			tasktab_cursor_enter(c, u, 0);
+			tasktab_cursor_enter(c, u);
 		else
 			err = -ENOMEM;
 	}

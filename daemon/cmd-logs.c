@@ -36,11 +36,13 @@
  * logs_batch() bytes per reply); records cut short at the end of the file
  * (being written) are left for the next pump.  A file removed while a
  * follower holds it (the next run of a retried task starts afresh, or a
- * prune) is let go at the next pump, which its removal's output event
- * brings, whether or not the client reads: its blocks no longer count
- * against anyone (max_kept_output_per_user) and must not stay taken.  The
- * follower goes on from the start of the file now under the name: the
- * new run's output, or none.  The journal is not: a task
+ * prune) is let go when its removal's output event comes (or an
+ * EVENTS_ANY_TASK, which may stand for one), whether or not the client
+ * reads: its blocks no longer count against anyone
+ * (max_kept_output_per_user) and must not stay taken.  The follower goes
+ * on from the start of the file now under the name: the new run's
+ * output, or none.  Only such events look at the file's links: an fstat
+ * at every pump cost a system call per output event.  The journal is not: a task
  * no longer in memory (finished long ago, or before a restart) is looked
  * up, and its final TaskInfo read, in the blocking pool (conn_offload),
  * which answers an error itself or hands the stream back to this thread;
@@ -198,7 +200,9 @@ static int logs_send_batch(struct follower *f)
 	return 1;
 }
 
-/* Lets go of f's file if it was removed (see the top). */
+/* Lets go of f's file if it was removed (see the top).  The event that
+ * says so may be late: f may have opened the file now under the name
+ * already, which stays. */
 static void logs_drop_removed(struct follower *f)
 {
 	struct stat st;
@@ -217,7 +221,6 @@ static void logs_pump(struct follower *f)
 		logs_end(f);   /* reply_post on a closed conn only ends the wait */
 		return;
 	}
-	logs_drop_removed(f);
 	/* Looked at before reading: a task that has ended wrote everything. */
 	bool finished = tasktab_finished(f->task_id);
 	for (;;) {
@@ -250,9 +253,13 @@ static void logs_event_cb(const struct events_ev *ev)
 				logs_gone(f);
 			continue;
 		}
-		if (f->task_id == ev->id || (ev->kind == EVENTS_OUTPUT &&
-		                             ev->id == EVENTS_ANY_TASK))
-			logs_pump(f);
+		bool any = ev->kind == EVENTS_OUTPUT &&
+		           ev->id == EVENTS_ANY_TASK;
+		if (f->task_id != ev->id && !any)
+			continue;
+		if (ev->kind == EVENTS_OUTPUT && (ev->removed || any))
+			logs_drop_removed(f);
+		logs_pump(f);
 	}
 }
 

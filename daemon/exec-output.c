@@ -237,7 +237,8 @@ void exec_out_forget(uint64_t id, uid_t uid)
 	 * stay taken, uncounted, for as long as they hold it. */
 	if (events_wanted(EVENTS_OUTPUT))
 		events_publish(&(struct events_ev){ .kind = EVENTS_OUTPUT,
-		                                    .id = id });
+		                                    .id = id,
+		                                    .removed = true });
 }
 
 /* Bytes of output between two looks at the free space (see the top). */

@@ -705,6 +705,7 @@ struct events_ev {
 	uint64_t time_us;           /* spawned, started or finished */
 	uint64_t seq;               /* tasktab's change counter after it */
 	char group[GROUP_NAME_MAX + 1]; /* STATE, END: its group; "": default */
+	bool removed;               /* OUTPUT: its output file was removed */
 };
 /* Reactor thread, on a subscriber's behalf. */
 typedef void events_fn(const struct events_ev *ev);

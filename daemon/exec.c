@@ -384,8 +384,8 @@ static void exec_unwatch(rok_cx *cx, rok_io_op *op, int fd, bool write)
 }
 
 /* Closes one of our fds that may have been awaited with `op`: the wait is
- * released first, then the fd goes to rok_io_close (no round trip to the
- * reactor thread: the worker does not wait for its epoll_ctl). */
+ * released first, then rok_io_close takes the fd out of epoll and closes
+ * it, on this worker. */
 static void exec_close(rok_cx *cx, rok_io_op *op, int *fd, bool write)
 {
 	if (*fd < 0)
@@ -472,10 +472,7 @@ static void exec_release(rok_cx *cx, struct exec_job *j)
  * awaiting it.
  *
  * At its end the pipe's wait is released but the fd stays open (eof) until
- * the task ends, when both pipes and the pidfd go to rok_io_close one right
- * after the other: each close is a request to the reactor thread, and
- * three made together wake it once, where a close at each end woke it
- * three times per child (strace of rokd running `true`).
+ * the task ends, when both pipes and the pidfd go to rok_io_close.
  */
 static void exec_drain(rok_cx *cx, struct exec_job *j, int i, int budget)
 {

@@ -1,29 +1,37 @@
 /*
  * reactor.c — the I/O driver: one libevent thread per process that waits on
- * epoll, edge-triggered, and wakes the tasks awaiting fd readiness
- * (rok_readable, rok_writable in <rok/io.h>); also the hand-off point where
- * internal code runs its own libevent events (reactor_call in reactor.h).
+ * epoll and wakes the tasks awaiting fd readiness (rok_readable,
+ * rok_writable in <rok/io.h>); also the hand-off point where internal code
+ * runs its own libevent events (reactor_call in reactor.h).
  *
  * Who touches what.  The event_base and every struct event belong to the
- * reactor thread alone; other threads talk to it through a queue and an
+ * reactor thread alone; other threads queue calls for it and write an
  * eventfd that the loop watches (the libuv pattern).  We chose this over
  * libevent's own locking (evthread_use_pthreads) because: that switch is
  * process-global and must come before any base exists, so a library should
- * not flip it for the program; the hand-off is off the hot path anyway
+ * not flip it for the program; tasks' fds need no libevent event at all
  * (see below); one thread owning the base needs no lock order between
  * libevent's locks and ours; and ThreadSanitizer, which cannot see inside
  * the uninstrumented libevent, has nothing to misjudge.
  *
- * Registrations are per fd, not per wait (Tokio's design).  The first await
- * on an fd in a direction asks the reactor to add an EV_ET|EV_PERSIST event
- * for it; the event stays until rok_io_forget / rok_wake_io.  Each edge the
- * kernel reports sets a readiness bit in the fd's entry and wakes the
- * waiters of that direction; an await that finds the bit set clears it and
- * is ready at once.  So an await on an fd already watched never involves
- * the reactor thread: it takes the entry's spinlock, tests a bit, and links
- * a waiter or not.  Clearing the bit before the caller's I/O call is what
- * makes edge-triggering safe: any data that arrives after the clear either
- * is read by that call or raises a new edge.
+ * Registrations are per fd, not per wait (Tokio's design).  Task fds live
+ * in an epoll set of their own (`tfd`), apart from libevent's; the loop
+ * watches tfd as one level-triggered fd and drains it (reactor_tasks_cb).
+ * The first await on an fd in a direction adds the fd to tfd, edge-
+ * triggered, from the awaiting thread itself: epoll_ctl is thread-safe,
+ * and making the call there spares a hand-off to the reactor thread and
+ * its wake-up (two thread switches per registered fd, the largest share of
+ * an exec task's cost, issue 15).  The fd stays in tfd until rok_io_forget
+ * / rok_wake_io / rok_io_close.  Each edge the kernel reports sets a
+ * readiness bit in the fd's entry and wakes the waiters of that direction;
+ * an await that finds the bit set clears it and is ready at once.  So an
+ * await on an fd already watched never involves the reactor thread: it
+ * takes the entry's spinlock, tests a bit, and links a waiter or not.
+ * Clearing the bit before the caller's I/O call is what makes
+ * edge-triggering safe: any data that arrives after the clear either is
+ * read by that call or raises a new edge.  epoll_ctl itself says why an
+ * fd cannot be watched (EBADF, EPERM for a regular file), so nothing is
+ * asked beforehand.
  *
  * The fd table.  Entries live in chunks of 256, found through a directory
  * indexed by fd >> 8.  Chunks never move or go away while the reactor
@@ -31,25 +39,17 @@
  * old directories are kept (retired) until reactor_free, so readers need no
  * lock: they load the directory and the chunk pointer with acquire.
  *
- * An fd number outlives its file.  Each entry has a generation: forget and
- * wake_io bump it, drop the readiness bits and the wanted directions, queue
- * the entry, and wait until the reactor has applied it (a sequence number
- * and a condition variable under reactor.lock); the reactor, seeing a
- * generation it has not applied, frees the old event (EPOLL_CTL_DEL) before
- * adding a new one.  Waiting keeps the reactor's epoll_ctl on the number
- * ahead of the caller's close() and of whatever file gets the number next;
- * forget without it would race them (ThreadSanitizer says so, and a file
- * still open elsewhere, by dup or fork, would stay in epoll).  On the
- * reactor thread itself forget applies the queue inline instead.
- * rok_io_close needs no wait: it queues the entry marked close_fd and the
- * reactor closes the fd after its epoll_ctl, the number staying taken
- * (so unusable by another file) until then.
- *
- * Library code must not log, but libevent logs a failed EPOLL_CTL_ADD or
- * _MOD (not a failed DEL).  So the reactor asks fstat() first whether the
- * fd is open and of a kind epoll accepts, and keeps one event per fd (see
- * reactor_unwatch).  What remains is a close() racing the first
- * registration of that fd, documented in <rok/io.h>.
+ * An fd number outlives its file.  Each entry has a generation, which
+ * every registration carries in its epoll data next to the fd; forget,
+ * wake_io and close bump it, drop the readiness bits and the watched
+ * directions, and take the fd out of tfd (EPOLL_CTL_DEL) before they
+ * return, so the caller's close() and whatever file gets the number next
+ * race nothing.  An edge the reactor fetched just before the DEL carries
+ * the old generation and is dropped.  reactor.lock orders the epoll_ctl
+ * calls of one fd: an ADD cannot slip between a forget's new generation
+ * and its DEL.  A file still open elsewhere (by dup or fork) after a
+ * close without forget stays in tfd under its old generation until its
+ * last holder closes it; its edges are dropped the same way.
  *
  * Life cycle.  The reactor starts lazily, at the first registration or
  * reactor_call (a program that never awaits I/O has no reactor thread and
@@ -58,23 +58,23 @@
  * its drain) and reactor_free after the drain (the drain's cancelled
  * waiters still unlink themselves from the table).
  *
- * Locks.  reactor.lock (a mutex) guards start and stop, the request queues,
- * the apply sequence and table growth; an entry's spinlock guards its
- * readiness, wanted directions, generation and waiter lists.  Order:
- * reactor.lock, then an entry lock.  A task is never woken with an entry
- * lock held.  The reactor thread waits for nobody but these two locks, so
- * a thread waiting for it (forget) cannot deadlock with it.
+ * Locks.  reactor.lock (a mutex) guards start and stop, the call queue,
+ * table growth and every epoll_ctl on tfd (a few per exec child: one lock
+ * is enough); an entry's spinlock guards its readiness, watched
+ * directions, generation and waiter lists.  Order: reactor.lock, then an
+ * entry lock.  A task is never woken with an entry lock held, and a
+ * forget wakes its waiters after it let go of reactor.lock, since they
+ * may come straight back for it (a new await on a forgotten fd adds it).
  */
 #include <errno.h>
 #include <event2/event.h>
-#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "executor.h"
@@ -89,6 +89,7 @@
 #define REACTOR_FD_MAX      (1 << 24)     /* fds at or above: -EMFILE */
 #define REACTOR_DIR_MIN     8             /* chunk slots of a new directory */
 #define REACTOR_WAKE_BATCH  64
+#define REACTOR_EDGE_BATCH  64            /* tfd events per epoll_wait */
 
 /* Directions: index into waiters[], and their bits. */
 enum { REACTOR_IN = 0, REACTOR_OUT = 1 };
@@ -100,21 +101,15 @@ enum {
 	REACTOR_CLOSED = 2,     /* stopped inside rok_stop: refuses to start */
 };
 
-/* One fd's state.  Fields above `have_gen` are under `lock`. */
+/* One fd's state, under `lock` but for the constant fd. */
 struct reactor_fd {
 	struct spin lock;
 	uint8_t ready;                  /* edges not consumed yet: BIT(dir) */
-	uint8_t want;                   /* directions tasks asked to watch */
-	bool dirty;                     /* queued for the reactor to apply */
-	bool close_fd;                  /* rok_io_close: close after apply */
+	uint8_t have;                   /* directions in tfd; changed only
+	                                   under reactor.lock too */
 	uint32_t gen;                   /* bumped by forget / wake_io */
 	rok_waiter *waiters[2];         /* by direction */
-	struct reactor_fd *dirty_next;  /* under reactor.lock */
 	int fd;                         /* constant */
-	/* Reactor thread only. */
-	uint8_t have;                   /* directions `ev` watches */
-	uint32_t have_gen;              /* generation `ev` belongs to */
-	struct event *ev;               /* or NULL */
 };
 
 struct reactor_dir {
@@ -133,19 +128,17 @@ static struct {
 	/* reactor_call's eventfd writes made after unlocking, in flight:
 	 * the teardown waits for none before closing the eventfd. */
 	_Atomic unsigned kicking;
-	struct reactor_fd *dirty;               /* entries to apply */
-	uint64_t queued, applied;               /* dirty pushes; of them done */
-	pthread_cond_t applied_cond;            /* `applied` moved */
 	struct reactor_call *calls, **calls_tail;
 	/* Set up before the thread starts, torn down after it is joined. */
 	int efd;
+	int tfd;                                /* the task fds' epoll set */
 	struct event_base *base;
-	struct event *wake_ev;
+	struct event *wake_ev, *tasks_ev;
 	pthread_t thread;
 } reactor = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.applied_cond = PTHREAD_COND_INITIALIZER,
 	.efd = -1,
+	.tfd = -1,
 };
 
 static _Thread_local bool reactor_tls_on_thread;
@@ -259,25 +252,14 @@ static void reactor_kick_locked(void)
 	(void)r;   /* EAGAIN only at a count of 2^64 - 2: one is pending */
 }
 
-/* Lock held.  Wakes the running loop unless a wake-up is pending. */
-static void reactor_signal_locked(void)
-{
-	if (atomic_load_explicit(&reactor.state, memory_order_relaxed) !=
-	            REACTOR_RUNNING ||
-	    reactor.signalled)
-		return;
-	reactor.signalled = true;
-	reactor_kick_locked();
-}
-
 /*
- * Lock held.  Like reactor_signal_locked, but the caller writes the
- * eventfd itself after unlocking (reactor_kick_claimed) when this returns
- * true: the loop thread, woken by the write, takes reactor.lock at once,
- * and found it held for the rest of our write() (a futex round trip per
- * call, measured with strace on rokd's reply path).  The claim counts in
- * `kicking`, which the teardown waits out, so the write never reaches a
- * closed (or reused) eventfd number.
+ * Lock held.  Wakes the running loop unless a wake-up is pending, the
+ * caller writing the eventfd itself after unlocking (reactor_kick_claimed)
+ * when this returns true: the loop thread, woken by the write, takes
+ * reactor.lock at once, and found it held for the rest of our write() (a
+ * futex round trip per call, measured with strace on rokd's reply path).
+ * The claim counts in `kicking`, which the teardown waits out, so the
+ * write never reaches a closed (or reused) eventfd number.
  */
 static bool reactor_claim_kick_locked(void)
 {
@@ -299,22 +281,6 @@ static void reactor_kick_claimed(void)
 	(void)r;   /* EAGAIN only at a count of 2^64 - 2: one is pending */
 	/* Release: our read of efd comes before the teardown's close. */
 	atomic_fetch_sub_explicit(&reactor.kicking, 1, memory_order_release);
-}
-
-/* Lock held.  Queues an entry that was marked dirty (under its lock). */
-static void reactor_push_locked(struct reactor_fd *e)
-{
-	e->dirty_next = reactor.dirty;
-	reactor.dirty = e;
-	reactor.queued++;
-	reactor_signal_locked();
-}
-
-static void reactor_push(struct reactor_fd *e)
-{
-	pthread_mutex_lock(&reactor.lock);
-	reactor_push_locked(e);
-	pthread_mutex_unlock(&reactor.lock);
 }
 
 /* ---- waking ----------------------------------------------------------- */
@@ -346,155 +312,47 @@ static void reactor_wake_dir(struct reactor_fd *e, unsigned d, int err)
 	} while (n == REACTOR_WAKE_BATCH);
 }
 
-/* An event fired (reactor thread). */
-static void reactor_io_cb(evutil_socket_t fd, short what, void *arg)
+/* Edge bits of an epoll event: error and hang-up count in both directions,
+ * as the top of <rok/io.h> promises. */
+static unsigned reactor_edge_bits(uint32_t events)
 {
-	struct reactor_fd *e = arg;
-	unsigned bits = ((what & EV_READ) ? REACTOR_BIT(REACTOR_IN) : 0) |
-	                ((what & EV_WRITE) ? REACTOR_BIT(REACTOR_OUT) : 0);
+	if (events & (EPOLLERR | EPOLLHUP))
+		return REACTOR_BIT(REACTOR_IN) | REACTOR_BIT(REACTOR_OUT);
+	return ((events & EPOLLIN) ? REACTOR_BIT(REACTOR_IN) : 0) |
+	       ((events & EPOLLOUT) ? REACTOR_BIT(REACTOR_OUT) : 0);
+}
+
+/* tfd is readable: take its edges, a batch per loop turn (the event is
+ * level-triggered, so the rest come next turn, after other events). */
+static void reactor_tasks_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct epoll_event evs[REACTOR_EDGE_BATCH];
+	int n = epoll_wait(reactor.tfd, evs, REACTOR_EDGE_BATCH, 0);
 
 	(void)fd;
-	spin_lock(&e->lock);
-	/* A forget not applied yet: the event is for a file being dropped. */
-	bool stale = e->gen != e->have_gen;
-	if (!stale)
-		e->ready |= (uint8_t)bits;
-	spin_unlock(&e->lock);
-	if (stale)
-		return;
-	for (unsigned d = 0; d < 2; d++)
-		if (bits & REACTOR_BIT(d))
-			reactor_wake_dir(e, d, 0);
-}
+	(void)what;
+	(void)arg;
+	for (int i = 0; i < n; i++) {
+		struct reactor_fd *e = reactor_fd_find(
+			(int)(uint32_t)evs[i].data.u64);
+		uint32_t gen = (uint32_t)(evs[i].data.u64 >> 32);
+		unsigned bits = reactor_edge_bits(evs[i].events);
 
-/* ---- applying registrations (reactor thread) -------------------------- */
-
-/* 0 if epoll can watch fd, else -errno: what EPOLL_CTL_ADD would say,
- * asked without libevent, which would log the failure. */
-static int reactor_check_fd(int fd)
-{
-	struct stat st;
-
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))
-		return -EPERM;
-	return 0;
-}
-
-/*
- * One event per fd, for every direction wanted.  With two (a read and a
- * write event) libevent would turn the removal of the first into an
- * EPOLL_CTL_MOD, which fails and is logged when the fd is closed already;
- * the removal of the only event is a DEL, whose EBADF / ENOENT libevent
- * takes quietly.
- */
-static void reactor_unwatch(struct reactor_fd *e)
-{
-	if (e->ev != NULL)
-		event_free(e->ev);
-	e->ev = NULL;
-	e->have = 0;
-}
-
-/* Watches the directions `dirs` too: 0 or -errno. */
-static int reactor_watch(struct reactor_fd *e, unsigned dirs)
-{
-	int err = reactor_check_fd(e->fd);
-
-	if (err < 0)
-		return err;
-	dirs |= e->have;
-	short what = ((dirs & REACTOR_BIT(REACTOR_IN)) ? EV_READ : 0) |
-	             ((dirs & REACTOR_BIT(REACTOR_OUT)) ? EV_WRITE : 0) |
-	             EV_ET | EV_PERSIST;
-	struct event *ev = event_new(reactor.base, e->fd, what, reactor_io_cb,
-	                             e);
-	if (ev == NULL)
-		return -ENOMEM;
-	/* The new event first, then the old one goes: libevent merges them
-	 * into one EPOLL_CTL_MOD (or an ADD for the first) and the removal
-	 * changes nothing in the kernel. */
-	errno = 0;
-	if (event_add(ev, NULL) < 0) {
-		err = errno != 0 ? -errno : -EINVAL;
-		event_free(ev);
-		return err;
+		if (e == NULL)
+			continue;   /* cannot be: the entry came before the ADD */
+		spin_lock(&e->lock);
+		/* Of an earlier generation: a file forgotten since. */
+		bool stale = e->gen != gen;
+		if (!stale)
+			e->ready |= (uint8_t)bits;
+		spin_unlock(&e->lock);
+		for (unsigned d = 0; !stale && d < 2; d++)
+			if (bits & REACTOR_BIT(d))
+				reactor_wake_dir(e, d, 0);
 	}
-	if (e->ev != NULL)
-		event_free(e->ev);
-	e->ev = ev;
-	e->have = (uint8_t)dirs;
-	return 0;
 }
 
-/* Brings e's event in line with what its tasks want. */
-static void reactor_apply(struct reactor_fd *e)
-{
-	spin_lock(&e->lock);
-	e->dirty = false;
-	unsigned want = e->want;
-	uint32_t gen = e->gen;
-	bool close_fd = e->close_fd;
-	e->close_fd = false;
-	spin_unlock(&e->lock);
-
-	if (gen != e->have_gen) {
-		reactor_unwatch(e);
-		e->have_gen = gen;
-	}
-	if (close_fd) {
-		/* rok_io_close: out of epoll (above), now the number goes.
-		 * Nobody awaits it (its owner gave it up), so want is 0. */
-		reactor_unwatch(e);
-		close(e->fd);
-		return;
-	}
-	unsigned add = want & ~(unsigned)e->have;
-	if (add == 0)
-		return;
-	int err = reactor_watch(e, add);
-	if (err == 0)
-		return;
-	/* Not watchable: the waiters learn why; the next await asks again
-	 * (the fd may be a new file by then). */
-	spin_lock(&e->lock);
-	bool same = e->gen == gen;
-	if (same)
-		e->want &= (uint8_t)~add;
-	spin_unlock(&e->lock);
-	for (unsigned d = 0; same && d < 2; d++)
-		if (add & REACTOR_BIT(d))
-			reactor_wake_dir(e, d, err);
-}
-
-/* Applies every queued entry, then tells the forgetters waiting for it. */
-static void reactor_apply_queued(void)
-{
-	pthread_mutex_lock(&reactor.lock);
-	struct reactor_fd *dirty = reactor.dirty;
-	uint64_t upto = reactor.queued;
-	reactor.dirty = NULL;
-	pthread_mutex_unlock(&reactor.lock);
-
-	while (dirty != NULL) {
-		/* Read the link first: once apply clears `dirty`, a task may
-		 * queue the entry again and overwrite it. */
-		struct reactor_fd *next = dirty->dirty_next;
-		reactor_apply(dirty);
-		dirty = next;
-	}
-	/* The mutex orders our epoll_ctl calls before the waiter's return
-	 * (and its close()). */
-	pthread_mutex_lock(&reactor.lock);
-	if (reactor.applied != upto) {
-		reactor.applied = upto;
-		pthread_cond_broadcast(&reactor.applied_cond);
-	}
-	pthread_mutex_unlock(&reactor.lock);
-}
-
-/* The eventfd fired: apply queued registrations, run queued calls. */
+/* The eventfd fired: run queued calls. */
 static void reactor_wake_cb(evutil_socket_t fd, short what, void *arg)
 {
 	uint64_t v;
@@ -514,7 +372,6 @@ static void reactor_wake_cb(evutil_socket_t fd, short what, void *arg)
 	reactor.signalled = false;
 	pthread_mutex_unlock(&reactor.lock);
 
-	reactor_apply_queued();
 	while (calls != NULL) {
 		struct reactor_call *next = calls->next;
 		bool borrowed = calls->borrowed;   /* fn may free a borrowed c */
@@ -539,21 +396,16 @@ static void *reactor_main(void *arg)
 
 /* ---- start and stop --------------------------------------------------- */
 
-/* Lock held.  Frees the libevent objects and closes the eventfd. */
+/* Lock held.  Frees the libevent objects and closes the eventfd and tfd
+ * (which takes every task fd out of epoll). */
 static void reactor_teardown_locked(void)
 {
-	struct reactor_dir *d = atomic_load_explicit(&reactor.dir,
-	                                             memory_order_relaxed);
-
-	for (size_t i = 0; d != NULL && i < d->n; i++) {
-		struct reactor_fd *c = atomic_load_explicit(
-			&d->chunks[i], memory_order_relaxed);
-		for (unsigned j = 0; c != NULL && j < REACTOR_CHUNK; j++)
-			reactor_unwatch(&c[j]);
-	}
 	if (reactor.wake_ev != NULL)
 		event_free(reactor.wake_ev);
 	reactor.wake_ev = NULL;
+	if (reactor.tasks_ev != NULL)
+		event_free(reactor.tasks_ev);
+	reactor.tasks_ev = NULL;
 	if (reactor.base != NULL)
 		event_base_free(reactor.base);
 	reactor.base = NULL;
@@ -564,6 +416,9 @@ static void reactor_teardown_locked(void)
 	if (reactor.efd >= 0)
 		close(reactor.efd);
 	reactor.efd = -1;
+	if (reactor.tfd >= 0)
+		close(reactor.tfd);
+	reactor.tfd = -1;
 }
 
 static struct event_base *reactor_base_new(void)
@@ -573,8 +428,9 @@ static struct event_base *reactor_base_new(void)
 
 	if (cfg == NULL)
 		return NULL;
-	/* Edge-triggered and O(1): epoll on Linux, whatever EVENT_NO*
-	 * variables say.  No locks: only the reactor thread uses it. */
+	/* Edge-triggered (the daemon's connections are) and O(1): epoll on
+	 * Linux, whatever EVENT_NO* variables say.  No locks: only the
+	 * reactor thread uses it. */
 	if (event_config_require_features(cfg, EV_FEATURE_ET | EV_FEATURE_O1) ==
 	            0 &&
 	    event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK) == 0 &&
@@ -587,13 +443,15 @@ static struct event_base *reactor_base_new(void)
 /* Lock held, state IDLE.  0 or -errno (then nothing is left behind). */
 static int reactor_start_locked(void)
 {
+	struct reactor_dir *d = NULL;
 	int err;
 
-	reactor.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (reactor.efd < 0)
-		return -errno;
-	struct reactor_dir *d = calloc(1, sizeof(*d) + REACTOR_DIR_MIN *
-	                                                       sizeof(d->chunks[0]));
+	if ((reactor.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
+	    (reactor.tfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+		err = -errno;
+		goto fail;
+	}
+	d = calloc(1, sizeof(*d) + REACTOR_DIR_MIN * sizeof(d->chunks[0]));
 	reactor.base = reactor_base_new();
 	if (d == NULL || reactor.base == NULL) {
 		err = -ENOMEM;
@@ -601,7 +459,11 @@ static int reactor_start_locked(void)
 	}
 	reactor.wake_ev = event_new(reactor.base, reactor.efd,
 	                            EV_READ | EV_PERSIST, reactor_wake_cb, NULL);
-	if (reactor.wake_ev == NULL || event_add(reactor.wake_ev, NULL) < 0) {
+	reactor.tasks_ev = event_new(reactor.base, reactor.tfd,
+	                             EV_READ | EV_PERSIST, reactor_tasks_cb,
+	                             NULL);
+	if (reactor.wake_ev == NULL || event_add(reactor.wake_ev, NULL) < 0 ||
+	    reactor.tasks_ev == NULL || event_add(reactor.tasks_ev, NULL) < 0) {
 		err = -ENOMEM;
 		goto fail;
 	}
@@ -610,8 +472,6 @@ static int reactor_start_locked(void)
 	d = NULL;
 	reactor.stopping = false;
 	reactor.signalled = false;
-	reactor.dirty = NULL;
-	reactor.applied = reactor.queued;
 	reactor.calls = NULL;
 	reactor.calls_tail = &reactor.calls;
 
@@ -662,24 +522,7 @@ void reactor_stop(void)
 	pthread_join(reactor.thread, NULL);
 
 	pthread_mutex_lock(&reactor.lock);
-	/* Nothing will be applied any more: release every forgetter. */
-	reactor.applied = reactor.queued;
-	pthread_cond_broadcast(&reactor.applied_cond);
 	reactor_teardown_locked();
-	/* Calls queued after the last turn cannot exist: reactor_call refuses
-	 * once `stopping` is set, and the last turn took everything before.
-	 * Entries it did not apply are dropped, but an fd handed over by
-	 * rok_io_close is still closed (its events are gone with the base). */
-	for (struct reactor_fd *e = reactor.dirty; e != NULL;
-	     e = e->dirty_next) {
-		spin_lock(&e->lock);
-		bool close_fd = e->close_fd;
-		e->close_fd = false;
-		spin_unlock(&e->lock);
-		if (close_fd)
-			close(e->fd);
-	}
-	reactor.dirty = NULL;
 	pthread_mutex_unlock(&reactor.lock);
 }
 
@@ -687,7 +530,6 @@ void reactor_free(void)
 {
 	pthread_mutex_lock(&reactor.lock);
 	reactor_table_free_locked();
-	reactor.dirty = NULL;
 	atomic_store_explicit(&reactor.state, REACTOR_IDLE,
 	                      memory_order_relaxed);
 	pthread_mutex_unlock(&reactor.lock);
@@ -779,10 +621,77 @@ static void reactor_release(rok_waiter *w)
 	spin_unlock(&e->lock);
 }
 
+/* tfd's registration of e: its directions `have`, generation gen.  ADD for
+ * a first direction, MOD for a second; the other when the kernel's view
+ * differs (the fd was closed and its number reused without a forget, say).
+ * reactor.lock held, state RUNNING.  0 or -errno, with *gone set when the
+ * fd is known to be out of tfd. */
+static int reactor_ctl(struct reactor_fd *e, unsigned have, bool first,
+                       uint32_t gen, bool *gone)
+{
+	struct epoll_event ev = {
+		.events = EPOLLET |
+		          ((have & REACTOR_BIT(REACTOR_IN)) ? EPOLLIN : 0) |
+		          ((have & REACTOR_BIT(REACTOR_OUT)) ? EPOLLOUT : 0),
+		.data.u64 = (uint64_t)gen << 32 | (uint32_t)e->fd,
+	};
+	int op = first ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+
+	if (epoll_ctl(reactor.tfd, op, e->fd, &ev) == 0)
+		return 0;
+	*gone = first || errno == ENOENT;
+	if (errno != (first ? EEXIST : ENOENT))
+		return -errno;
+	op = first ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+	if (epoll_ctl(reactor.tfd, op, e->fd, &ev) == 0)
+		return 0;
+	*gone = !first;
+	return -errno;
+}
+
+/*
+ * Adds direction d to e's watch, for generation gen, unless a forget came
+ * first (its waiters are woken) or another await did it.  On failure the
+ * waiters of d learn why (those of both directions if the fd is out of
+ * tfd altogether), woken under reactor.lock so that no later file's
+ * waiter gets this error, and the next await asks again (the fd may be a
+ * new file by then).
+ */
+static void reactor_add(struct reactor_fd *e, unsigned d, uint32_t gen)
+{
+	bool gone = false;
+
+	pthread_mutex_lock(&reactor.lock);
+	int err = reactor_ensure_locked();
+	spin_lock(&e->lock);
+	bool todo = e->gen == gen && !(e->have & REACTOR_BIT(d));
+	unsigned have = e->have;
+	spin_unlock(&e->lock);
+	if (!todo) {
+		pthread_mutex_unlock(&reactor.lock);
+		return;
+	}
+	if (err == 0)
+		err = reactor_ctl(e, have | REACTOR_BIT(d), have == 0, gen,
+		                  &gone);
+	/* The generation cannot have moved: forget takes our lock. */
+	spin_lock(&e->lock);
+	if (err == 0)
+		e->have = (uint8_t)(have | REACTOR_BIT(d));
+	else if (gone)
+		e->have = 0;
+	spin_unlock(&e->lock);
+	if (err < 0) {
+		reactor_wake_dir(e, d, err);
+		if (gone && have != 0)
+			reactor_wake_dir(e, 1 - d, err);
+	}
+	pthread_mutex_unlock(&reactor.lock);
+}
+
 static rok_poll reactor_wait(rok_cx *cx, rok_io_op *op, int fd, unsigned d)
 {
 	struct reactor_fd *e;
-	bool push = false;
 
 	if (cx->releasing) {
 		(void)waitq_begin(cx, &op->w);   /* unlinks through release */
@@ -819,16 +728,15 @@ static rok_poll reactor_wait(rok_cx *cx, rok_io_op *op, int fd, unsigned d)
 		spin_unlock(&e->lock);
 		return ROK_READY;
 	}
-	op->w.aux = reactor_aux(d, e->gen);
+	uint32_t gen = e->gen;
+	op->w.aux = reactor_aux(d, gen);
 	waitq_link(&e->waiters[d], &op->w, cx, reactor_release, e);
-	if (!(e->want & REACTOR_BIT(d))) {
-		e->want |= (uint8_t)REACTOR_BIT(d);
-		push = !e->dirty;
-		e->dirty = true;
-	}
+	/* Linked before the ADD: an fd ready already raises an edge at the
+	 * ADD, which finds the waiter. */
+	bool add = !(e->have & REACTOR_BIT(d));
 	spin_unlock(&e->lock);
-	if (push)
-		reactor_push(e);
+	if (add)
+		reactor_add(e, d, gen);
 	return ROK_PENDING;
 }
 
@@ -843,106 +751,52 @@ rok_poll rok_writable(rok_cx *cx, rok_io_op *op, int fd)
 }
 
 /*
- * Under reactor.lock: takes e out of use (no interest, no readiness, its
- * waiters woken with 0) and queues it for the reactor if it is in epoll.
- * With close_fd the reactor is also told to close the fd, and the entry
- * is queued whenever the reactor may still touch it. Returns that: the
- * entry is queued, or another one is being applied (a concurrent forget
- * of fd, say).
- */
-static bool reactor_detach_locked(struct reactor_fd *e, bool close_fd)
-{
-	spin_lock(&e->lock);
-	bool watched = e->want != 0;
-	bool waiting = e->waiters[0] != NULL || e->waiters[1] != NULL;
-	bool busy = watched || waiting || e->dirty ||
-	            reactor.applied != reactor.queued;
-	bool push = false;
-	e->ready = 0;
-	if (watched || waiting) {
-		e->gen++;
-		e->want = 0;
-	}
-	if (close_fd ? busy : watched || waiting) {
-		/* With close_fd, the number stays taken until the reactor's
-		 * epoll_ctl is done, so nothing can race it. */
-		if (close_fd)
-			e->close_fd = true;
-		push = !e->dirty;
-		e->dirty = true;
-	}
-	spin_unlock(&e->lock);
-	if (push)
-		reactor_push_locked(e);
-	if (waiting) {
-		reactor_wake_dir(e, REACTOR_IN, 0);
-		reactor_wake_dir(e, REACTOR_OUT, 0);
-	}
-	return busy;
-}
-
-/*
- * Forgets fd: a new generation, no readiness, no wanted directions, every
- * waiter woken; and returns only once the reactor thread has removed its
- * event (or right away if there is none), so that the caller's close()
- * cannot race the reactor's epoll_ctl on the same number.
+ * Forgets fd: a new generation, no readiness, no watched directions, every
+ * waiter woken (with 0), and fd out of tfd before this returns, so that
+ * the caller's close() races nothing.  Any thread, the reactor's included.
  */
 static void reactor_reset(int fd)
 {
 	if (fd < 0 || fd >= REACTOR_FD_MAX)
 		return;
-	/* The lock keeps the table alive (reactor_free) and orders the
-	 * queueing; the entry lock is taken inside it. */
+	/* The lock keeps the table alive (reactor_free) and tfd open, and
+	 * orders this DEL against an ADD of the same number. */
 	pthread_mutex_lock(&reactor.lock);
 	struct reactor_fd *e = reactor_fd_find(fd);
 	if (e == NULL) {
 		pthread_mutex_unlock(&reactor.lock);
 		return;
 	}
-	bool busy = reactor_detach_locked(e, false);
-	if (!busy || atomic_load_explicit(&reactor.state,
-	                                  memory_order_relaxed) !=
-	                     REACTOR_RUNNING) {
-		pthread_mutex_unlock(&reactor.lock);
-		return;
-	}
-	if (reactor_tls_on_thread) {
-		/* The reactor itself (a reactor_call function or an event
-		 * callback of the daemon's): apply now. */
-		pthread_mutex_unlock(&reactor.lock);
-		reactor_apply_queued();
-		return;
-	}
-	uint64_t mine = reactor.queued;
-	while (reactor.applied < mine)
-		pthread_cond_wait(&reactor.applied_cond, &reactor.lock);
+	spin_lock(&e->lock);
+	bool watched = e->have != 0;
+	bool waiting = e->waiters[0] != NULL || e->waiters[1] != NULL;
+	e->ready = 0;
+	if (watched || waiting)
+		e->gen++;
+	e->have = 0;
+	spin_unlock(&e->lock);
+	/* EBADF (closed before a wake_io) and ENOENT say it is out already;
+	 * after a stop, tfd is closed and took it along. */
+	if (watched && atomic_load_explicit(&reactor.state,
+	                                    memory_order_relaxed) ==
+	                       REACTOR_RUNNING)
+		(void)epoll_ctl(reactor.tfd, EPOLL_CTL_DEL, fd, NULL);
 	pthread_mutex_unlock(&reactor.lock);
+	/* Unlocked (see the top).  A waiter of a newer generation, linked
+	 * meanwhile, is woken with 0 too: a spurious wake-up.  The table
+	 * outlives every forget: reactor_free comes after every task ended. */
+	if (waiting) {
+		reactor_wake_dir(e, REACTOR_IN, 0);
+		reactor_wake_dir(e, REACTOR_OUT, 0);
+	}
 }
 
 void rok_io_close(int fd)
 {
 	if (fd < 0)
 		return;
-	if (fd >= REACTOR_FD_MAX) {
-		close(fd);
-		return;
-	}
-	pthread_mutex_lock(&reactor.lock);
-	struct reactor_fd *e = reactor_fd_find(fd);
-	/* The reactor thread itself, or no reactor: rok_io_forget's way,
-	 * which does not wait there. */
-	if (e == NULL || reactor_tls_on_thread ||
-	    atomic_load_explicit(&reactor.state, memory_order_relaxed) !=
-	            REACTOR_RUNNING) {
-		pthread_mutex_unlock(&reactor.lock);
-		reactor_reset(fd);
-		close(fd);
-		return;
-	}
-	bool busy = reactor_detach_locked(e, true);
-	pthread_mutex_unlock(&reactor.lock);
-	if (!busy)
-		close(fd);
+	reactor_reset(fd);
+	close(fd);
 }
 
 void rok_wake_io(int fd)

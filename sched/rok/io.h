@@ -37,15 +37,14 @@
  *     first and closing second leaves a window in which a woken task reads
  *     EAGAIN and waits again on an fd about to be closed.)  For a socket,
  *     shutdown(fd, SHUT_RDWR) already wakes readers and writers through the
- *     kernel; rok_wake_io(fd) after it does no harm.  The reactor adds an
- *     fd to epoll shortly after its first await: if the fd is closed in
- *     that window, libevent may log the failed epoll_ctl once (through the
- *     program's event_set_log_callback, or on stderr); the waiters are
- *     woken all the same.
+ *     kernel; rok_wake_io(fd) after it does no harm.
  *
- * An fd is either awaited by tasks or handed to the daemon's own libevent
- * events on the reactor (reactor.h), not both: libevent refuses to mix
- * edge- and level-triggered events on one fd.
+ * The first await on an fd in a direction adds the fd to the reactor's
+ * epoll set on the awaiting thread (one epoll_ctl); later awaits make no
+ * system call.  An fd is either awaited by tasks or handed to the daemon's
+ * own libevent events on the reactor (reactor.h), not both: each would be
+ * told of the same readiness, and neither would know the other consumed
+ * it.
  */
 #ifndef ROK_IO_H
 #define ROK_IO_H
@@ -64,8 +63,10 @@ typedef struct rok_io_op {
 	 * Out, valid once the await is ready: 0, or -errno when the reactor
 	 * could not watch the fd: -EBADF (not an open fd), -EPERM (a kind of
 	 * file epoll cannot watch, such as a regular file, which is always
-	 * ready), -EMFILE (fd number 2^24 or above), -ENOMEM, -ESHUTDOWN
-	 * (the runtime is stopping).  The await is ready in these cases, so a
+	 * ready), -EMFILE (fd number 2^24 or above, or no fd left for the
+	 * reactor's own at its start), -ENOMEM, -ESHUTDOWN (the runtime is
+	 * stopping), or another error of epoll_ctl(2) (-ENOSPC at the
+	 * max_user_watches limit).  The await is ready in these cases, so a
 	 * caller that ignores err still learns of the problem from its I/O
 	 * call.
 	 */
@@ -96,23 +97,17 @@ void rok_wake_io(int fd);
  * Drops the reactor's watch of fd and its readiness bits, so that a later
  * file with the same number starts clean.  Call it right before close(fd)
  * when no task waits on fd; a task that still does is woken as by
- * rok_wake_io() rather than left waiting forever.  Returns once the reactor
- * thread has taken fd out of epoll, so the close() that follows races
- * nothing: when fd was watched this is a round trip to the reactor thread
- * (microseconds; the calling worker blocks for it), otherwise immediate.
- * Any thread.
+ * rok_wake_io() rather than left waiting forever.  Takes fd out of epoll
+ * itself (one epoll_ctl when fd was watched), so the close() that follows
+ * races nothing.  Any thread.
  */
 void rok_io_forget(int fd);
 
 /*
- * rok_io_forget(fd) and close(fd) without the wait: when the reactor may
- * still touch fd, it is handed to the reactor thread, which closes it once
- * fd is out of epoll (the number stays taken until then, so nothing can
- * race it), and the caller goes on at once; otherwise it is closed here.
- * For the owner of an fd that no task waits on any more (one that still
- * does is woken, as by rok_wake_io()).  fd belongs to the call from then
- * on; close's result is not reported (see close(2): the fd is gone either
- * way).  Any thread.
+ * rok_io_forget(fd), then close(fd).  For the owner of an fd that no task
+ * waits on any more (one that still does is woken, as by rok_wake_io()).
+ * fd belongs to the call from then on; close's result is not reported
+ * (see close(2): the fd is gone either way).  Any thread.
  */
 void rok_io_close(int fd);
 

@@ -624,10 +624,9 @@ static void reactor_release(rok_waiter *w)
 /* tfd's registration of e: its directions `have`, generation gen.  ADD for
  * a first direction, MOD for a second; the other when the kernel's view
  * differs (the fd was closed and its number reused without a forget, say).
- * reactor.lock held, state RUNNING.  0 or -errno, with *gone set when the
- * fd is known to be out of tfd. */
+ * reactor.lock held, state RUNNING.  0 or -errno. */
 static int reactor_ctl(struct reactor_fd *e, unsigned have, bool first,
-                       uint32_t gen, bool *gone)
+                       uint32_t gen)
 {
 	struct epoll_event ev = {
 		.events = EPOLLET |
@@ -639,28 +638,24 @@ static int reactor_ctl(struct reactor_fd *e, unsigned have, bool first,
 
 	if (epoll_ctl(reactor.tfd, op, e->fd, &ev) == 0)
 		return 0;
-	*gone = first || errno == ENOENT;
 	if (errno != (first ? EEXIST : ENOENT))
 		return -errno;
 	op = first ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-	if (epoll_ctl(reactor.tfd, op, e->fd, &ev) == 0)
-		return 0;
-	*gone = !first;
-	return -errno;
+	return epoll_ctl(reactor.tfd, op, e->fd, &ev) == 0 ? 0 : -errno;
 }
 
 /*
  * Adds direction d to e's watch, for generation gen, unless a forget came
  * first (its waiters are woken) or another await did it.  On failure the
- * waiters of d learn why (those of both directions if the fd is out of
- * tfd altogether), woken under reactor.lock so that no later file's
+ * waiters learn why, woken under reactor.lock so that no later file's
  * waiter gets this error, and the next await asks again (the fd may be a
- * new file by then).
+ * new file by then).  A failed MOD wakes the other direction's waiters
+ * too, and drops its watch: the number no longer names the file watched
+ * (EPERM, EBADF, ENOENT: closed without a forget), or, for a lack of
+ * memory, their next await adds it again.
  */
 static void reactor_add(struct reactor_fd *e, unsigned d, uint32_t gen)
 {
-	bool gone = false;
-
 	pthread_mutex_lock(&reactor.lock);
 	int err = reactor_ensure_locked();
 	spin_lock(&e->lock);
@@ -672,18 +667,14 @@ static void reactor_add(struct reactor_fd *e, unsigned d, uint32_t gen)
 		return;
 	}
 	if (err == 0)
-		err = reactor_ctl(e, have | REACTOR_BIT(d), have == 0, gen,
-		                  &gone);
+		err = reactor_ctl(e, have | REACTOR_BIT(d), have == 0, gen);
 	/* The generation cannot have moved: forget takes our lock. */
 	spin_lock(&e->lock);
-	if (err == 0)
-		e->have = (uint8_t)(have | REACTOR_BIT(d));
-	else if (gone)
-		e->have = 0;
+	e->have = err == 0 ? (uint8_t)(have | REACTOR_BIT(d)) : 0;
 	spin_unlock(&e->lock);
 	if (err < 0) {
 		reactor_wake_dir(e, d, err);
-		if (gone && have != 0)
+		if (have != 0)
 			reactor_wake_dir(e, 1 - d, err);
 	}
 	pthread_mutex_unlock(&reactor.lock);

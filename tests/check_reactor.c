@@ -27,6 +27,9 @@
  *                afresh.
  * errors:        fd -1 and 2^24 are refused at once, a regular file says
  *                -EPERM: each await is ready with op->err set.
+ * reused:        a watched socket closed without a forget, its number
+ *                taken by a regular file: awaits there say -EPERM in both
+ *                directions, and the socket's reader is woken.
  * thousand:      1,000 tasks each awaiting their own pipe all wake and
  *                finish (ROK_TEST_SCALE shrinks it).
  * call:          reactor_call runs functions on the reactor thread, in
@@ -821,6 +824,41 @@ START_TEST(test_reactor_errors)
 }
 END_TEST
 
+/*
+ * A socket awaited for reading is closed without a forget (against the
+ * rules of <rok/io.h>) and its number goes to a regular file.  An await
+ * for writing there cannot extend the old watch (gone with the socket)
+ * nor add the file: it says -EPERM, the reader is woken rather than left
+ * on a watch that no longer exists, and a new read await asks epoll
+ * again (-EPERM) instead of taking the number for watched.
+ */
+START_TEST(test_reactor_reused)
+{
+	int64_t base = crx_start();
+	char path[] = "/tmp/check_reactor.XXXXXX";
+	int s[2];
+
+	crx_socketpair(s);
+	rok_task *r = crx_spawn_reader(s[0]);
+	crx_wait_regs(base + 1);
+	crx_barrier();
+	close(s[0]);
+	int fd = mkostemp(path, O_CLOEXEC);
+	ck_assert_int_eq(fd, s[0]);
+	unlink(path);
+	ck_assert_int_eq(crx_probe(fd, true), -EPERM);
+	crx_wait_finished(r);
+	ck_assert_int_eq(crx_result(r), CRX_EOF);   /* the file, read */
+	ck_assert_int_eq(crx_probe(fd, false), -EPERM);
+	ck_assert_int_eq(rok_registrations(), base);
+	rok_io_forget(fd);
+	close(fd);
+	rok_io_forget(s[1]);
+	close(s[1]);
+	crx_stop();
+}
+END_TEST
+
 /* ---- thousand --------------------------------------------------------- */
 
 START_TEST(test_reactor_thousand)
@@ -1122,6 +1160,7 @@ static Suite *crx_suite(void)
 	test_add(s, "forget", test_reactor_forget, 0, 30);
 	test_add(s, "close", test_reactor_close, 0, 30);
 	test_add(s, "errors", test_reactor_errors, 0, 30);
+	test_add(s, "reused", test_reactor_reused, 0, 30);
 	test_add(s, "thousand", test_reactor_thousand, 0, 30);
 	test_add(s, "call", test_reactor_call, 0, 30);
 	test_add(s, "call_in", test_reactor_call_in, 0, 30);

@@ -28,9 +28,9 @@
  * not committed yet when it came ends NOT_FOUND then, as it would have
  * had the id been unknown when it came (as a watch does).
  * Each pumps that task's followers (every follower for EVENTS_ANY_TASK,
- * which stands for output events events.c dropped).  A new follower subscribes first and
- * then reads the file and the task's state (events.c says why that order
- * misses nothing).
+ * which stands for output events events.c dropped).  A new follower
+ * subscribes first and then reads the file and the task's state (events.c
+ * says why that order misses nothing).
  *
  * The file is read on the reactor thread (pread of the page cache, at most
  * logs_batch() bytes per reply); records cut short at the end of the file
@@ -42,11 +42,13 @@
  * (max_kept_output_per_user) and must not stay taken.  The follower goes
  * on from the start of the file now under the name: the new run's
  * output, or none.  Only such events look at the file's links: an fstat
- * at every pump cost a system call per output event.  The journal is not: a task
- * no longer in memory (finished long ago, or before a restart) is looked
- * up, and its final TaskInfo read, in the blocking pool (conn_offload),
- * which answers an error itself or hands the stream back to this thread;
- * the offload's wait is the stream's.
+ * at every pump cost a system call per output event.
+ *
+ * The journal is not read on the reactor thread: a task no longer in
+ * memory (finished long ago, or before a restart) is looked up, and its
+ * final TaskInfo read, in the blocking pool (conn_offload), which answers
+ * an error itself or hands the stream back to this thread; the offload's
+ * wait is the stream's.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -177,10 +177,10 @@ bool quota_add(uid_t uid, int kind, int64_t delta)
 			u->held[kind] = 0;
 		else
 			u->held[kind] += d;
-		over = u->held[kind] > quota_cap(kind);
+		uint64_t cap = quota_cap(kind);
+		over = u->held[kind] > cap;
 		/* Said again only once there is real room (an eighth of the
 		 * cap): a give-back of a few bytes must not repeat it. */
-		uint64_t cap = quota_cap(kind);
 		if (u->held[kind] <= cap - cap / 8)
 			u->full[kind] = false;
 		quota_drop_if_idle(u);

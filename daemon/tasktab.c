@@ -887,6 +887,26 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 	 */
 	uint32_t run = r->run;
 	uint64_t id = r->id;
+	/*
+	 * Cancelled while its spawn waited for the journal (or rokd began
+	 * to stop meanwhile): it ends here, never started.  Cancelling the
+	 * handle after kind_spawn is too late for that: a worker may poll it
+	 * first, and an exec task's command would then run for a moment.  A
+	 * cancel that comes between this look and the one below still gets
+	 * there.
+	 */
+	pthread_mutex_lock(&tab.lock);
+	bool cancelled = tab.stopping || r->cancel_requested;
+	pthread_mutex_unlock(&tab.lock);
+	if (cancelled) {
+		struct rt_outcome o = { .state = RT_CANCELLED };
+		snprintf(o.reason, sizeof(o.reason), "cancelled before it "
+		         "started");
+		tasktab_finish(r, &o);   /* r may go from here on */
+		if (reply != NULL)
+			tasktab_reply(id, reply);
+		return 0;
+	}
 	int err = kind_spawn(r, r->kind, spec, reply, &h, &t);
 
 	if (err < 0) {
@@ -925,9 +945,8 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 	    r->run == run) {
 		r->handle = h;   /* kept for join, race and cancel */
 		r->ticket = t;
-		/* A spawn whose journal commit completed after the stop began
-		 * (tasktab_cancel_all), or that a client cancelled meanwhile:
-		 * stopped before it starts. */
+		/* Cancelled, or the stop began (tasktab_cancel_all), since
+		 * the look above: stopped as soon as it can be. */
 		if (tab.stopping || r->cancel_requested)
 			rok_task_cancel(h);
 	} else {
@@ -1063,9 +1082,13 @@ bool tasktab_finish(struct rtask *r, struct rt_outcome *o)
 	bool journaled = true;
 	if (tab.stopping && o->state == RT_CANCELLED && !r->cancel_requested) {
 		o->state = RT_INTERRUPTED;
-		snprintf(o->reason, sizeof(o->reason), "rokd stopped while it "
-		         "ran; the next start runs it again or records it as "
-		         "interrupted");
+		if (r->state == RT_QUEUED)
+			snprintf(o->reason, sizeof(o->reason), "rokd stopped "
+			         "before it started; the next start runs it");
+		else
+			snprintf(o->reason, sizeof(o->reason), "rokd stopped "
+			         "while it ran; the next start runs it again "
+			         "or records it as interrupted");
 		journaled = false;
 	}
 	tasktab_set_state(r, o->state, &ev);

@@ -405,8 +405,8 @@ static rok_poll exec_wait(rok_cx *cx, struct exec_job *j)
 {
 	bool ready = false;
 
-	/* Released even once reaped: the child may have been seen to exit
-	 * (exec_reap) before its pidfd's edge reached this waiter. */
+	/* Released even once reaped: a no-op after exec_reap, which drops
+	 * the watch itself, kept so that no reap can leave a waiter. */
 	if (j->pidfd >= 0 && (!j->reaped || cx->releasing))
 		ready |= rok_readable(cx, &j->io_pid, j->pidfd) == ROK_READY;
 	for (int i = 0; i < 2; i++)
@@ -539,9 +539,15 @@ static void exec_terminate(struct exec_job *j, int how)
 	j->grace_armed = true;
 }
 
-/* Looks at the leader: reaps it once it has exited, after killing what is
- * left of its group.  True once reaped.  Never waits. */
-static bool exec_reap(struct exec_job *j)
+/*
+ * Looks at the leader: reaps it once it has exited, after killing what is
+ * left of its group.  True once reaped.  Never waits.
+ *
+ * The pidfd's watch goes first: the reap makes the pidfd ready once more
+ * (the pid is released), and a watched pidfd would wake the reactor for
+ * that edge, which nobody awaits (one thread wake-up per exec task).
+ */
+static bool exec_reap(rok_cx *cx, struct exec_job *j)
 {
 	siginfo_t si;
 
@@ -552,6 +558,11 @@ static bool exec_reap(struct exec_job *j)
 	/* The leader is a zombie: the group id cannot be reused yet. */
 	(void)kill(-j->pid, SIGKILL);
 	exec_cgroup_kill(&j->cg);
+	bool was = cx->releasing;
+	cx->releasing = true;
+	(void)rok_readable(cx, &j->io_pid, j->pidfd);   /* unlinks it */
+	cx->releasing = was;
+	rok_io_forget(j->pidfd);   /* no waiter left: wakes nobody */
 	memset(&j->si, 0, sizeof(j->si));
 	if (waitid(P_PIDFD, (id_t)j->pidfd, &j->si, WEXITED | WNOHANG) != 0 ||
 	    j->si.si_pid == 0) {
@@ -639,7 +650,7 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 		exec_drain(cx, j, 0, EXEC_DRAIN_BUDGET);
 		exec_drain(cx, j, 1, EXEC_DRAIN_BUDGET);
 		exec_feed(cx, j);
-		if (exec_reap(j))
+		if (exec_reap(cx, j))
 			break;
 		int64_t now = rok_now();
 		if (j->phase == EXEC_RUN && atomic_load(&j->cancel_req))

@@ -566,9 +566,14 @@ static bool exec_reap(rok_cx *cx, struct exec_job *j)
 	memset(&j->si, 0, sizeof(j->si));
 	if (waitid(P_PIDFD, (id_t)j->pidfd, &j->si, WEXITED | WNOHANG) != 0 ||
 	    j->si.si_pid == 0) {
-		/* A zombie is reaped at once; anything else is a bug. */
+		/* A zombie is reaped at once; anything else is a bug.  The
+		 * task ends all the same, as exec_kill_now's does: its pidfd,
+		 * readable and no longer watched, would otherwise end every
+		 * await at once, and the loop would spin. */
 		log_errno(errno, "task %llu: waitid", (unsigned long long)j->id);
-		return false;
+		memset(&j->si, 0, sizeof(j->si));
+		j->si.si_code = CLD_KILLED;
+		j->si.si_status = SIGKILL;
 	}
 	j->reaped = true;
 	return true;
@@ -581,6 +586,7 @@ static void exec_kill_now(struct exec_job *j)
 	if (j->pid == 0 || j->reaped)
 		return;
 	exec_cgroup_kill(&j->cg);
+	rok_io_forget(j->pidfd);   /* as in exec_reap; no waiter is left */
 	int err = exec_kill_reap(j->pid, j->pidfd, &j->si);
 	if (err < 0) {
 		log_errno(err, "task %llu: pid %d did not end after SIGKILL; it "

@@ -316,10 +316,13 @@ void tasktab_free(void);
 int tasktab_create(uid_t uid, const struct kind *k, const TaskSpec *spec,
                    struct rtask **out);
 
-/* Starts the runtime task of a created record (reactor thread): 0 or
- * -errno, then the record is finished as failed.  `reply` (NULL: none;
- * else a spawn --wait without a wait timeout, answered by the task itself
- * as it ends, or now if it cannot start): the reference is taken. */
+/* Starts the runtime task of a created record (reactor thread): 0, or
+ * -errno, then the record is finished as failed.  0 also when it was
+ * cancelled, or rokd began to stop, before it started: then it is
+ * finished as cancelled (interrupted, at the stop) and never starts.
+ * `reply` (NULL: none; else a spawn --wait without a wait timeout,
+ * answered by the task itself as it ends, or now if it cannot start):
+ * the reference is taken. */
 int tasktab_start(struct rtask *r, const TaskSpec *spec,
                   struct conn_answer *reply);
 /* The same from a packed spec (borrowed), as the journal holds it: one

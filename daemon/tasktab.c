@@ -879,23 +879,19 @@ int tasktab_start(struct rtask *r, const TaskSpec *spec,
 	rok_task *h;
 	struct qticket *t;
 	/*
-	 * Read without the lock (the hot path takes it once less): run only
-	 * changes when a run of r fails (tasktab_requeue), and that of the
-	 * run started here comes after kind_spawn, which publishes this read
-	 * before it; an earlier run's came before the gate started this one
-	 * (ordered by gate.lock).
-	 */
-	uint32_t run = r->run;
-	uint64_t id = r->id;
-	/*
 	 * Cancelled while its spawn waited for the journal (or rokd began
 	 * to stop meanwhile): it ends here, never started.  Cancelling the
 	 * handle after kind_spawn is too late for that: a worker may poll it
-	 * first, and an exec task's command would then run for a moment.  A
-	 * cancel that comes between this look and the one below still gets
-	 * there.
+	 * first, and an exec task's command would then run.  A cancel that
+	 * comes between this look and the one after kind_spawn cancels the
+	 * handle there, and the task may then run for a moment.
+	 *
+	 * run only changes when a run of r fails (tasktab_requeue), after
+	 * the kind_spawn below: read here, it is this run's.
 	 */
 	pthread_mutex_lock(&tab.lock);
+	uint32_t run = r->run;
+	uint64_t id = r->id;
 	bool cancelled = tab.stopping || r->cancel_requested;
 	pthread_mutex_unlock(&tab.lock);
 	if (cancelled) {
@@ -1434,7 +1430,7 @@ int tasktab_cancel(uint64_t id, uid_t uid)
 	pthread_mutex_lock(&tab.lock);
 	int code = tasktab_visible(id, uid, &r);
 	/* Unfinished, even if not started yet (its spawn still waiting for
-	 * the journal): tasktab_start then cancels it at once. */
+	 * the journal): tasktab_start then ends it without starting it. */
 	bool live = code == 0 &&
 	            (r->state == RT_QUEUED || r->state == RT_RUNNING);
 	bool journal = live && !r->cancel_requested;

@@ -405,9 +405,9 @@ static rok_poll exec_wait(rok_cx *cx, struct exec_job *j)
 {
 	bool ready = false;
 
-	/* Released even once reaped: a no-op after exec_reap, which drops
-	 * the watch itself, kept so that no reap can leave a waiter. */
-	if (j->pidfd >= 0 && (!j->reaped || cx->releasing))
+	/* Not once reaped: both reaps drop the pidfd's waiter and watch
+	 * first (exec_reap, exec_kill_now). */
+	if (j->pidfd >= 0 && !j->reaped)
 		ready |= rok_readable(cx, &j->io_pid, j->pidfd) == ROK_READY;
 	for (int i = 0; i < 2; i++)
 		if (j->outfd[i] >= 0 && !j->eof[i])

@@ -48,7 +48,11 @@
  * every look.  A task whose write finds the space short keeps no more
  * output in that run (its output stops, marked output_truncated; a gap in
  * the middle would mislead).  The log says when output stops being kept
- * and when it is kept again.
+ * and when it is kept again.  Files take inodes as well as blocks, and a
+ * file system with none left refuses new files however many blocks it
+ * has: the same look keeps the same share of the inodes free (f_favail),
+ * with the same margins counted in files (EXEC_OUT_LOOK / EXEC_OUT_FILE
+ * new files at most between two looks).
  *
  * Nor may one user's output take everyone else's room, down to that mark:
  * the output files of a uid's tasks together hold at most
@@ -57,7 +61,11 @@
  * every file there is: exec_output_scan).  A task whose record would pass
  * its uid's cap stops keeping output the same way.  A file counts in
  * whole 4 KiB blocks, so that a flood of one-byte files holds no more
- * than the cap; the inodes they take are not counted.
+ * than the cap, and at least the file system's bytes per inode, so that
+ * it takes no larger share of the inodes than the cap is of the bytes
+ * (ext4 makes an inode per 16 KiB: a cap of a quarter of the file system,
+ * in 4 KiB files, would have let one user take every inode, and with
+ * them every other user's output and any file the journal needs).
  *
  * Only the exec task that owns an exec_out touches it (one worker at a
  * time); writes go to the page cache, never fsync'd.  The count of bytes
@@ -115,13 +123,28 @@ static const char *exec_output_suffix(void)
 	return config.durability_off ? ".mem" : ".log";
 }
 
+/* The least a file counts against its uid's cap: the file system's bytes
+ * per inode (see the top).  Set once, by exec_output_scan at start, before
+ * any task runs, so that a file counts the same when it goes as when it
+ * came; 0 (blocks only) where the file system has no fixed number of
+ * inodes (f_files 0: btrfs) or statvfs failed.  Relaxed: set before any
+ * output is written, and nothing else is published through it. */
+static _Atomic uint64_t exec_out_file_min;
+
 /* What a file of `size` bytes counts against its uid's
  * max_kept_output_per_user: whole blocks, so that many small files cannot
- * hold many times the cap. */
+ * hold many times the cap, and at least exec_out_file_min; nothing
+ * without a byte (no file, or an empty one). */
 #define EXEC_OUT_BLOCK 4096
 static uint64_t exec_out_charged(uint64_t size)
 {
-	return (size + EXEC_OUT_BLOCK - 1) / EXEC_OUT_BLOCK * EXEC_OUT_BLOCK;
+	if (size == 0)
+		return 0;
+	uint64_t c = (size + EXEC_OUT_BLOCK - 1) / EXEC_OUT_BLOCK *
+	             EXEC_OUT_BLOCK;
+	uint64_t min = atomic_load_explicit(&exec_out_file_min,
+	                                    memory_order_relaxed);
+	return c > min ? c : min;
 }
 
 /* The file system's size, from the last statvfs (0: not known yet), for
@@ -150,8 +173,19 @@ int exec_output_scan(void)
 	if (snprintf(path, sizeof(path), "%s/output", config.state_dir) >=
 	    (int)sizeof(path))
 		return -ENAMETOOLONG;
-	if (statvfs(path, &fs) == 0)
+	if (statvfs(path, &fs) == 0) {
 		exec_out_note_size(&fs);
+		/* At most the file system's size: no overflow in a charge. */
+		uint64_t min = fs.f_files > 0 ? (uint64_t)fs.f_blocks *
+		                                fs.f_frsize / fs.f_files : 0;
+		atomic_store_explicit(&exec_out_file_min, min,
+		                      memory_order_relaxed);
+		if (min > EXEC_OUT_BLOCK)
+			log_info("%s: each output file counts at least %llu "
+			         "bytes against max_kept_output_per_user (the "
+			         "file system's bytes per inode)", path,
+			         (unsigned long long)min);
+	}
 	DIR *d = opendir(path);
 	if (d == NULL)
 		return -errno;
@@ -287,19 +321,42 @@ static bool exec_out_look(void)
 		exec_out_note_size(&fs);
 		/* Cannot overflow: a file system's size.  keep is at most
 		 * 2^50 (config.c), so keep + 2 looks cannot either. */
+		uint64_t size = (uint64_t)fs.f_blocks * fs.f_frsize;
 		uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
-		uint64_t keep = exec_out_keep_free((uint64_t)fs.f_blocks *
-		                                   fs.f_frsize);
-		is = avail < keep + (was ? 2 : 1) * EXEC_OUT_LOOK;
-		if (is && !was)
+		uint64_t keep = exec_out_keep_free(size);
+		unsigned margin = was ? 2 : 1;
+		bool bytes_short = avail < keep + margin * EXEC_OUT_LOOK;
+		/* The same share of the inodes (all of them if keep passes
+		 * the size); a mark of 0 keeps none free here either.  A
+		 * double: f_files * keep may pass 2^64, and a mark needs no
+		 * more precision. */
+		uint64_t keep_files = 0;
+		if (fs.f_files > 0 && keep > 0 && size > 0)
+			keep_files = keep >= size ? (uint64_t)fs.f_files :
+			        (uint64_t)((double)fs.f_files *
+			                   ((double)keep / (double)size));
+		bool files_short = fs.f_files > 0 &&
+		        (uint64_t)fs.f_favail < keep_files +
+		                margin * (EXEC_OUT_LOOK / EXEC_OUT_FILE);
+		is = bytes_short || files_short;
+		if (is && !was && bytes_short)
 			log_warnx("%s: %llu bytes free, output_keep_free is "
 			          "%llu: exec tasks' output is no longer kept "
 			          "(marked output_truncated) until there is "
 			          "room again", path, (unsigned long long)avail,
 			          (unsigned long long)keep);
+		else if (is && !was)
+			log_warnx("%s: %llu inodes free, output_keep_free "
+			          "keeps %llu: exec tasks' output is no longer "
+			          "kept (marked output_truncated) until there "
+			          "is room again", path,
+			          (unsigned long long)fs.f_favail,
+			          (unsigned long long)keep_files);
 		else if (was && !is)
-			log_info("%s: %llu bytes free: exec tasks' output is "
-			         "kept again", path, (unsigned long long)avail);
+			log_info("%s: %llu bytes and %llu inodes free: exec "
+			         "tasks' output is kept again", path,
+			         (unsigned long long)avail,
+			         (unsigned long long)fs.f_favail);
 		atomic_store_explicit(&exec_out_short, is,
 		                      memory_order_relaxed);
 	}

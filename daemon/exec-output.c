@@ -61,11 +61,14 @@
  * every file there is: exec_output_scan).  A task whose record would pass
  * its uid's cap stops keeping output the same way.  A file counts in
  * whole 4 KiB blocks, so that a flood of one-byte files holds no more
- * than the cap, and at least the file system's bytes per inode, so that
- * it takes no larger share of the inodes than the cap is of the bytes
- * (ext4 makes an inode per 16 KiB: a cap of a quarter of the file system,
- * in 4 KiB files, would have let one user take every inode, and with
- * them every other user's output and any file the journal needs).
+ * than the cap, and, on a file system whose inodes are made once and for
+ * all (ext2/3/4, tmpfs), at least its bytes per inode, so that it takes
+ * no larger share of the inodes than the cap is of the bytes (ext4 makes
+ * an inode per 16 KiB: a cap of a quarter of the file system, in 4 KiB
+ * files, would have let one user take every inode, and with them every
+ * other user's output and any file the journal needs).  Not elsewhere:
+ * XFS, for one, reports as many inodes as its free space could hold,
+ * which on a nearly full one would make every file count megabytes.
  *
  * Only the exec task that owns an exec_out touches it (one worker at a
  * time); writes go to the page cache, never fsync'd.  The count of bytes
@@ -75,6 +78,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -83,6 +87,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/uio.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "exec.h"
@@ -126,9 +131,9 @@ static const char *exec_output_suffix(void)
 /* The least a file counts against its uid's cap: the file system's bytes
  * per inode (see the top).  Set once, by exec_output_scan at start, before
  * any task runs, so that a file counts the same when it goes as when it
- * came; 0 (blocks only) where the file system has no fixed number of
- * inodes (f_files 0: btrfs) or statvfs failed.  Relaxed: set before any
- * output is written, and nothing else is published through it. */
+ * came; 0 (blocks only) where the file system's number of inodes is not
+ * fixed, or statfs failed.  Relaxed: set before any output is written,
+ * and nothing else is published through it. */
 static _Atomic uint64_t exec_out_file_min;
 
 /* What a file of `size` bytes counts against its uid's
@@ -158,6 +163,20 @@ static void exec_out_note_size(const struct statvfs *fs)
 	                      memory_order_relaxed);
 }
 
+void exec_output_check_cap(void)
+{
+	uint64_t min = atomic_load_explicit(&exec_out_file_min,
+	                                    memory_order_relaxed);
+	uint64_t cap = quota_cap(QUOTA_KEPT);
+
+	if (cap < min)
+		log_warnx("max_kept_output_per_user is %llu, less than one "
+		          "output file counts on this file system (%llu, its "
+		          "bytes per inode): no exec task's output is kept",
+		          (unsigned long long)cap,
+		          (unsigned long long)min);
+}
+
 uint64_t exec_output_kept_auto(void)
 {
 	uint64_t size = atomic_load_explicit(&exec_out_fs_size,
@@ -173,11 +192,16 @@ int exec_output_scan(void)
 	if (snprintf(path, sizeof(path), "%s/output", config.state_dir) >=
 	    (int)sizeof(path))
 		return -ENAMETOOLONG;
+	struct statfs sf;
 	if (statvfs(path, &fs) == 0) {
 		exec_out_note_size(&fs);
 		/* At most the file system's size: no overflow in a charge. */
-		uint64_t min = fs.f_files > 0 ? (uint64_t)fs.f_blocks *
-		                                fs.f_frsize / fs.f_files : 0;
+		bool fixed = statfs(path, &sf) == 0 &&
+		             (sf.f_type == EXT4_SUPER_MAGIC ||
+		              sf.f_type == TMPFS_MAGIC);
+		uint64_t min = fixed && fs.f_files > 0
+		               ? (uint64_t)fs.f_blocks * fs.f_frsize / fs.f_files
+		               : 0;
 		atomic_store_explicit(&exec_out_file_min, min,
 		                      memory_order_relaxed);
 		if (min > EXEC_OUT_BLOCK)
@@ -185,6 +209,7 @@ int exec_output_scan(void)
 			         "bytes against max_kept_output_per_user (the "
 			         "file system's bytes per inode)", path,
 			         (unsigned long long)min);
+		exec_output_check_cap();
 	}
 	DIR *d = opendir(path);
 	if (d == NULL)

@@ -250,6 +250,10 @@ int exec_output_init(void);
  * removes those of no task (no journal row, or a run without a journal's
  * ".mem").  0 or -errno (logged). */
 int exec_output_scan(void);
+/* Warns if max_kept_output_per_user is less than one output file counts:
+ * then no task's output is kept.  After exec_output_scan and each
+ * change of the setting (SIGHUP); any thread. */
+void exec_output_check_cap(void);
 /* max_kept_output_per_user's default (CONFIG_KEPT_AUTO): a quarter of the
  * state file system; UINT64_MAX while its size is not known.  Any
  * thread. */

@@ -13,7 +13,8 @@
  * connection, see conn_out_cb), and the bytes of the output files of
  * the uid's exec tasks (max_kept_output_per_user: exec-output.c counts
  * each write with quota_add_within and each file removed, and at start
- * every file there is).  Queued tasks (max_queued_per_user),
+ * every file there is, each in whole blocks and at least the file
+ * system's bytes per inode).  Queued tasks (max_queued_per_user),
  * queued + running tasks (max_running_per_user) and the bytes of their
  * arguments and results (max_task_bytes_per_user) are counted by
  * tasktab.c under the task table's lock, which every change of a task's

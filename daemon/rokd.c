@@ -345,6 +345,7 @@ static void rokd_reload_apply(void *arg)
 	ROKD_SET(keep_finished);
 	ROKD_SET(keep_finished_for_ns);
 #undef ROKD_SET
+	exec_output_check_cap();
 	config_free(fresh);
 	free(fresh);
 }

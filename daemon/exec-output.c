@@ -192,13 +192,13 @@ int exec_output_scan(void)
 	if (snprintf(path, sizeof(path), "%s/output", config.state_dir) >=
 	    (int)sizeof(path))
 		return -ENAMETOOLONG;
-	struct statfs sf;
 	if (statvfs(path, &fs) == 0) {
 		exec_out_note_size(&fs);
-		/* At most the file system's size: no overflow in a charge. */
+		struct statfs sf;
 		bool fixed = statfs(path, &sf) == 0 &&
 		             (sf.f_type == EXT4_SUPER_MAGIC ||
 		              sf.f_type == TMPFS_MAGIC);
+		/* At most the file system's size: no overflow in a charge. */
 		uint64_t min = fixed && fs.f_files > 0
 		               ? (uint64_t)fs.f_blocks * fs.f_frsize / fs.f_files
 		               : 0;

@@ -78,6 +78,8 @@
 #define WORKER_SPIN_LONG_NS    ROK_US(250)
 #define WORKER_SPIN_SCORE_MAX  16
 #define WORKER_SPIN_SCORE_LONG 8
+#define WORKER_SPIN_WASTE_OFF  16
+#define WORKER_SPIN_WASTE_ON   8
 #define WORKER_LIFO_MAX        3
 #define WORKER_TIMED_MAX       64
 #define WORKER_STEAL_MAX       256
@@ -610,6 +612,13 @@ static bool worker_fire_timers(struct worker *w)
 	return true;
 }
 
+/* How long worker_spin looks. */
+static int64_t worker_spin_ns(const struct worker *w)
+{
+	return w->spin_score >= WORKER_SPIN_SCORE_LONG ? WORKER_SPIN_LONG_NS
+	                                               : WORKER_SPIN_NS;
+}
+
 /*
  * Before parking, a worker that was searching keeps looking for a little
  * while (Go's spinning M): work that arrives meanwhile is taken without a
@@ -626,18 +635,20 @@ static bool worker_fire_timers(struct worker *w)
  * Work that mostly comes sooner needs no more than the short spin, and
  * work that mostly comes later (a child process's exit) would make a long
  * one yield at every park for nothing, CPU that the producers of that
- * work need.  Timers due meanwhile are fired here, since nobody wakes a
+ * work need.  And no spin at all while few spells end within it
+ * (spin_off): rokd running short commands, whose children exit hundreds
+ * of microseconds apart, parked after four spins in five, and those spins
+ * were almost a tenth of its CPU time (bench/latency's exec row).  Timers due meanwhile are fired here, since nobody wakes a
  * worker that is not asleep; that includes one that a helper standing in
  * for this worker (monitor.c) armed before it retired, whose unpark finds
  * this worker awake.
  */
 static bool worker_spin(struct worker *w)
 {
-	if (!w->searching || executor.thread_per_core)
+	if (!w->searching || executor.thread_per_core || w->spin_off)
 		return false;
 	int64_t now = rok_now();
-	int64_t until = now + (w->spin_score >= WORKER_SPIN_SCORE_LONG ?
-	                       WORKER_SPIN_LONG_NS : WORKER_SPIN_NS);
+	int64_t until = now + worker_spin_ns(w);
 	do {
 		/* Yield rather than spin: the threads that will produce the
 		 * work (the reactor, a client) may need this very CPU. */
@@ -659,7 +670,14 @@ static bool worker_spin(struct worker *w)
  * and no timer ended it (worker_fire_timers).  Up by one for a spell only
  * the long spin ends, down by one for a spell the short spin ends already,
  * down by two for one longer than either; so the long spin lasts while
- * the first kind is clearly the most common.
+ * the first kind is clearly the most common.  spin_waste goes up by one
+ * for a spell that the worker slept in, down by two for one that its spin
+ * ended, or would have (a spell no longer than the spin, wake-up
+ * included, when it did not spin): it climbs while more than two spells
+ * in three outlast the spin.  Spinning stops when it reaches
+ * WORKER_SPIN_WASTE_OFF and starts again once it is down to
+ * WORKER_SPIN_WASTE_ON, so that a stray short spell among long ones does
+ * not bring back a spin per park.
  */
 static void worker_idle_end(struct worker *w)
 {
@@ -667,6 +685,16 @@ static void worker_idle_end(struct worker *w)
 		return;
 	int64_t spell = rok_now() - w->idle_since;
 	w->idle_since = 0;
+	if (w->slept && spell > worker_spin_ns(w)) {
+		if (w->spin_waste < WORKER_SPIN_WASTE_OFF)
+			w->spin_waste++;
+		if (w->spin_waste == WORKER_SPIN_WASTE_OFF)
+			w->spin_off = true;
+	} else {
+		w->spin_waste = w->spin_waste > 2 ? w->spin_waste - 2 : 0;
+		if (w->spin_waste <= WORKER_SPIN_WASTE_ON)
+			w->spin_off = false;
+	}
 	if (spell > WORKER_SPIN_NS && spell <= WORKER_SPIN_LONG_NS) {
 		if (w->spin_score < WORKER_SPIN_SCORE_MAX)
 			w->spin_score++;
@@ -678,8 +706,10 @@ static void worker_idle_end(struct worker *w)
 
 static void worker_park(struct worker *w)
 {
-	if (w->idle_since == 0)
+	if (w->idle_since == 0) {
 		w->idle_since = rok_now();
+		w->slept = false;
+	}
 	if (worker_fire_timers(w) || worker_spin(w))
 		return;
 	/* Set before the worker shows up as a sleeper, so an unpark that
@@ -692,6 +722,7 @@ static void worker_park(struct worker *w)
 	if (last && worker_any_work(true))
 		executor_notify();
 	worker_count(&w->parks);
+	w->slept = true;
 	worker_sleep(w);
 	if (!idle_unpark_self(&executor.idle, w->index))
 		w->searching = true;   /* the notifier counted us searching */

@@ -58,6 +58,11 @@ struct worker {
 	uint8_t spin_score;                 /* idle spells only a long spin
 	                                       ends, less the others, 0..16
 	                                       (worker_idle_end) */
+	uint8_t spin_waste;                 /* idle spells no spin ends, less
+	                                       twice the others, 0..16
+	                                       (worker_idle_end) */
+	bool spin_off;                      /* worker_spin does not spin */
+	bool slept;                         /* in this idle spell */
 	uint16_t index;                     /* in executor.workers */
 	uint16_t home;                      /* tasks homed here are its own:
 	                                       its index, or a thread-per-core

@@ -1,68 +1,82 @@
 /*
  * exec-spawn.c — starting an exec task's child: the clone + execve itself,
- * on a few spawner threads.
+ * from the task's own worker, or on a few spawner threads.
  *
  * glibc's posix_spawn cannot change uids or groups, so children start with
- * clone(CLONE_VM | CLONE_VFORK): vfork on a stack of the spawner's own,
- * plus CLONE_PIDFD (below).  The child shares rokd's memory until it execs,
- * and rokd has other threads running, so the child makes raw system calls
- * only: no malloc, no locks, no glibc wrapper that touches process-wide
- * state.  In particular setgroups/setresgid/setresuid are syscall(SYS_...)
- * and not the glibc functions, which broadcast the change to every thread
- * of the process (they would reach rokd's threads through the shared
- * memory).  Signal dispositions and the mask go through the raw rt_sig*
- * calls too, and the child leaves with exit_group, not _exit (which
- * sanitizers intercept); the child's functions are not instrumented by the
- * sanitizers (EXEC_CHILD), whose state is the spawner's.
+ * clone(CLONE_VM), plus CLONE_PIDFD (below), on a stack of rokd's.  The
+ * child shares rokd's memory until it execs, and rokd has other threads
+ * running, so the child makes raw system calls only (exec_sys): no malloc,
+ * no locks, no glibc function that touches process-wide state or the
+ * calling thread's (errno).  In particular setgroups/setresgid/setresuid
+ * are the system calls and not the glibc functions, which broadcast the
+ * change to every thread of the process (they would reach rokd's threads
+ * through the shared memory).  Signal dispositions and the mask go through
+ * the raw rt_sig* calls too, and the child leaves with exit_group, not
+ * _exit (which sanitizers intercept); the child's functions are not
+ * instrumented by the sanitizers (EXEC_CHILD), whose state is the
+ * parent thread's.
  *
- * A spawner runs with every signal blocked, so no handler runs in the child
- * on rokd's memory; the child resets every disposition that is not the
- * default (SIGPIPE, which rokd ignores; sanitizer handlers) and unblocks
- * everything just before execve.  Order in the child: give up if the task
- * did, reset signals, a session of its own (setsid: the child leads a new
- * session and process group and has no controlling terminal, so it cannot
- * push input into rokd's terminal with TIOCSTI, and as a session leader it
- * cannot move itself to another group and out of reach of the group's
- * signals), its cgroup (exec-cgroup.c, where there is one), the three
- * fds, close everything else (every rokd fd is close-on-exec anyway:
- * close_range is a backstop), the resource limits
- * rokd was started with (exec_limits_save: rokd raises RLIMIT_NOFILE for
- * itself, its tasks get what they would have had), drop to the submitter
- * (setgroups, setresgid, setresuid, then a new session keyring, so that
- * no user's task shares rokd's or another user's keys), chdir (with the
- * submitter's rights),
+ * The parent thread runs with every signal blocked (workers and spawners
+ * alike), so no handler runs in the child on rokd's memory; the child
+ * resets every disposition that is not the default (SIGPIPE, which rokd
+ * ignores; sanitizer handlers) and unblocks everything just before execve.
+ * Order in the child: give up if the task did, reset signals, a session
+ * of its own (setsid: the child leads a new session and process group and
+ * has no controlling terminal, so it cannot push input into rokd's
+ * terminal with TIOCSTI, and as a session leader it cannot move itself to
+ * another group and out of reach of the group's signals), its cgroup
+ * (exec-cgroup.c, where there is one), the three fds, close everything
+ * else (every rokd fd is close-on-exec anyway: close_range is a
+ * backstop), the resource limits rokd was started with
+ * (exec_limits_save: rokd raises RLIMIT_NOFILE for itself, its tasks get
+ * what they would have had), drop to the submitter (setgroups, setresgid,
+ * setresuid, then a new session keyring, so that no user's task shares
+ * rokd's or another user's keys), chdir (with the submitter's rights),
  * PR_SET_PDEATHSIG (after the credential change, which clears it), check
  * that the parent is still rokd, execve for each PATH candidate (with
- * /bin/sh for one the kernel cannot run, as execvp).  A step
- * that fails stores its errno and its name in memory the parent sees and
- * exits 127; the parent reaps that child and returns the error, so a typo
- * in a command is a failed task with a reason, not a daemon error.
+ * /bin/sh for one the kernel cannot run, as execvp).  A step that fails
+ * stores its errno and its name in the request and exits 127; whoever
+ * reaps that child returns the error, so a typo in a command is a failed
+ * task with a reason, not a daemon error.
  *
- * Spawner threads.  PR_SET_PDEATHSIG fires when the *thread* that forked
- * exits.  Runtime workers do not qualify (a worker stuck in a call is
- * handed off to a helper thread that retires later, and children forked
- * there would die with it), so children are started by spawner threads
- * that never exit: exec tasks queue a request (a mutex and a condition
- * variable) and await a oneshot that the spawner sends the request back
- * through.  CLONE_VFORK suspends the spawner until the child execs or
- * exits: tens of microseconds, except that chdir and execve look up paths
- * the user chose, and on a hung file system (a dead FUSE or NFS mount) that
- * takes as long as the mount is dead.  So there are several spawners, up
- * to SPAWN_THREADS, started on demand (one more whenever a request waits
- * and no spawner is idle), and the starts of one user hold at most
- * SPAWN_PER_UID of them: one user's hung path never holds another user's
- * start.  A child stuck there is killed, not waited for: the kernel stores
- * its pidfd in the request (CLONE_PIDFD) before the child runs, and
- * exec_spawn_kill (the task's timeout or cancel) sends SIGKILL through it,
- * which ends the spawner's vfork wait too.  The spawner lock orders that
- * kill against the spawner closing the pidfd.  A request whose task gave
- * up while it was queued is answered at once by exec_spawn_kill (so a
- * timeout holds even when every spawner its user may have is stuck), and
- * one given up on as its spawner clones is not started (the child looks
- * first).  If the task is gone when the spawner answers, the spawner
- * kills and reaps the child itself.  No wait is unbounded: every reap
- * follows a SIGKILL and waits on the pidfd for at most EXEC_REAP_WAIT_NS
- * (exec_kill_reap), then leaves the child to the late reaper (below).
+ * Which thread.  PR_SET_PDEATHSIG fires when the *thread* that forked
+ * exits, so the parent must be a thread that lives as long as rokd.  A
+ * pool worker does (rok_on_pool_worker): there the task starts the child
+ * itself (exec_spawn_direct), without CLONE_VFORK, and goes on at once;
+ * the child runs on a stack in the request and reads the request until it
+ * execs, so the task keeps the request until it has reaped the child, and
+ * learns then whether a step failed (exec_req_reaped).  A direct start
+ * stuck in a path the user chose (chdir or execve on a dead FUSE or NFS
+ * mount) holds no thread: the task supervises it as any running child,
+ * and its timeout or cancel kills it.  The direct start needs the raw
+ * system call instruction (x86-64 and arm64 here: EXEC_DIRECT), since the
+ * child runs beside its parent thread, whose errno glibc's syscall()
+ * would write.
+ *
+ * A helper thread standing in for a stuck worker retires later, and a
+ * thread-per-core worker is pinned to one CPU, which its children would
+ * inherit: tasks polled there (and every task, where there is no
+ * EXEC_DIRECT) have their children started by spawner threads that never
+ * exit, with rokd's CPUs: exec tasks queue a request (a mutex and a
+ * condition variable) and await a oneshot that the spawner sends the
+ * request back through.  CLONE_VFORK suspends the spawner until the child
+ * execs or exits: tens of microseconds, except on a hung file system as
+ * above.  So there are several spawners, up to SPAWN_THREADS, started on
+ * demand (one more whenever a request waits and no spawner is idle), and
+ * the starts of one user hold at most SPAWN_PER_UID of them: one user's
+ * hung path never holds another user's start.  A child stuck there is
+ * killed, not waited for: the kernel stores its pidfd in the request
+ * (CLONE_PIDFD) before the child runs, and exec_spawn_kill (the task's
+ * timeout or cancel) sends SIGKILL through it, which ends the spawner's
+ * vfork wait too.  The spawner lock orders that kill against the spawner
+ * closing the pidfd.  A request whose task gave up while it was queued is
+ * answered at once by exec_spawn_kill (so a timeout holds even when every
+ * spawner its user may have is stuck), and one given up on as its spawner
+ * clones is not started (the child looks first).  If the task is gone
+ * when the spawner answers, the spawner kills and reaps the child itself.
+ * No wait is unbounded: every reap follows a SIGKILL and waits on the
+ * pidfd for at most EXEC_REAP_WAIT_NS (exec_kill_reap), then leaves the
+ * child to the late reaper (below).
  *
  * ROKD_TEST_EXEC_STALL, a test hook read once at start from rokd's own
  * environment: a child whose program is exactly that path opens it for
@@ -70,6 +84,8 @@
  * stuck in the kernel in a path the user chose, as on a dead mount, which
  * tests/exec.test needs to show that such a child holds no one else's
  * start and that cancel and timeout kill it.  Unset, nothing changes.
+ * ROKD_TEST_EXEC_SPAWNERS=1, another: every child is started by a spawner
+ * thread, so that tests/exec.test can show what their queue does.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -162,6 +178,7 @@ static struct {
 	bool cpus_saved;
 	cpu_set_t cpus;
 	char *stall;                    /* ROKD_TEST_EXEC_STALL */
+	bool spawners_only;             /* ROKD_TEST_EXEC_SPAWNERS=1 */
 	int64_t tick_ns;                /* one clock tick; 0: not known */
 	pid_t self;                     /* rokd's: set after daemonizing */
 } spawn = {
@@ -283,6 +300,8 @@ int exec_spawn_init(void)
 	long hz = sysconf(_SC_CLK_TCK);
 	spawn.tick_ns = hz > 0 && hz <= 1000000000 && 1000000000 % hz == 0
 	                ? 1000000000 / hz : 0;
+	const char *only = getenv("ROKD_TEST_EXEC_SPAWNERS");
+	spawn.spawners_only = only != NULL && strcmp(only, "1") == 0;
 	const char *stall = getenv("ROKD_TEST_EXEC_STALL");
 	if (stall != NULL && stall[0] == '/' &&
 	    (spawn.stall = strdup(stall)) == NULL)
@@ -300,18 +319,66 @@ bool exec_available(void)
 
 /* ---- the child ---------------------------------------------------------- */
 
-/* Written by the child, read by the spawner once clone returned. */
-struct exec_fail {
-	int err;
-	const char *step;
-};
+/*
+ * The child's system calls: the result, or -errno.  A child that a worker
+ * starts itself (exec_spawn_direct) runs beside that worker, on the
+ * worker's thread-local storage: glibc's syscall() would store errno
+ * there, in the middle of whatever the worker does with its own.  So where
+ * rokd knows the instruction, the child makes the call itself; elsewhere
+ * every child is started by a spawner thread, suspended (CLONE_VFORK)
+ * while the child runs, whose errno the child may use.
+ */
+#if defined(__x86_64__)
+#define EXEC_DIRECT 1
+EXEC_CHILD static inline long exec_sys(long n, long a, long b, long c, long d,
+                                       long e)
+{
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	long ret;
 
-struct exec_child_arg {
-	const struct exec_start *s;
-	struct exec_req *r;         /* the child stores `ran` */
-	pid_t parent;
-	struct exec_fail fail;
-};
+	__asm__ volatile("syscall"
+	                 : "=a"(ret)
+	                 : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+	                 : "rcx", "r11", "memory");
+	return ret;
+}
+#elif defined(__aarch64__)
+#define EXEC_DIRECT 1
+EXEC_CHILD static inline long exec_sys(long n, long a, long b, long c, long d,
+                                       long e)
+{
+	register long x8 __asm__("x8") = n;
+	register long x0 __asm__("x0") = a;
+	register long x1 __asm__("x1") = b;
+	register long x2 __asm__("x2") = c;
+	register long x3 __asm__("x3") = d;
+	register long x4 __asm__("x4") = e;
+
+	__asm__ volatile("svc 0"
+	                 : "+r"(x0)
+	                 : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4)
+	                 : "memory");
+	return x0;
+}
+#else
+EXEC_CHILD static long exec_sys(long n, long a, long b, long c, long d,
+                                long e)
+{
+	long rc = syscall(n, a, b, c, d, e);
+
+	return rc < 0 ? -errno : rc;
+}
+#endif
+
+#define EXEC_SYS0(n) exec_sys(n, 0, 0, 0, 0, 0)
+#define EXEC_SYS1(n, a) exec_sys(n, (long)(a), 0, 0, 0, 0)
+#define EXEC_SYS2(n, a, b) exec_sys(n, (long)(a), (long)(b), 0, 0, 0)
+#define EXEC_SYS3(n, a, b, c) exec_sys(n, (long)(a), (long)(b), (long)(c), 0, 0)
+#define EXEC_SYS4(n, a, b, c, d) \
+	exec_sys(n, (long)(a), (long)(b), (long)(c), (long)(d), 0)
+#define EXEC_SYS5(n, a, b, c, d, e) \
+	exec_sys(n, (long)(a), (long)(b), (long)(c), (long)(d), (long)(e))
 
 /* The kernel's sigaction, for the raw rt_sigaction call. */
 struct exec_ksigaction {
@@ -321,12 +388,13 @@ struct exec_ksigaction {
 	uint64_t mask;
 };
 
+/* Stores why the child gives up (rc: -errno) where the parent sees it. */
 EXEC_CHILD static _Noreturn void
 exec_child_fail(volatile struct exec_fail *fail, const char *step, long rc)
 {
-	fail->err = rc < 0 ? (int)-rc : errno;
+	fail->err = rc < 0 ? (int)-rc : EIO;
 	fail->step = step;
-	syscall(SYS_exit_group, 127);
+	EXEC_SYS1(SYS_exit_group, 127);
 	for (;;)
 		;
 }
@@ -341,12 +409,12 @@ EXEC_CHILD static bool exec_child_same(const char *a, const char *b)
 	return *a == *b;
 }
 
-/* Runs in the clone child: raw system calls only (see the top). */
+/* Runs in the clone child, on r: raw system calls only (see the top). */
 EXEC_CHILD static int exec_child_main(void *arg)
 {
-	struct exec_child_arg *a = arg;
-	const struct exec_start *s = a->s;
-	volatile struct exec_fail *fail = &a->fail;
+	struct exec_req *r = arg;
+	const struct exec_start *s = &r->s;
+	volatile struct exec_fail *fail = &r->fail;
 	struct exec_ksigaction dfl = { 0 };
 	uint64_t none = 0;
 	long rc;
@@ -355,97 +423,101 @@ EXEC_CHILD static int exec_child_main(void *arg)
 	 * stores `kill` then loads `ran`, this stores `ran` then loads
 	 * `kill`, so at least one sees the other's store: either it kills
 	 * through the pidfd, or this gives up. */
-	__atomic_store_n(&a->r->ran, 1, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&a->r->kill, __ATOMIC_SEQ_CST))
+	__atomic_store_n(&r->ran, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&r->kill, __ATOMIC_SEQ_CST))
 		exec_child_fail(fail, "cancelled", -ECANCELED);
 	for (int i = 0; i < spawn.nreset; i++)
-		syscall(SYS_rt_sigaction, spawn.reset[i], &dfl, NULL,
-		        sizeof(uint64_t));
+		EXEC_SYS4(SYS_rt_sigaction, spawn.reset[i], &dfl, NULL,
+		          sizeof(uint64_t));
 	/* rokd runs with umask 077 for its own files; a task gets the umask
 	 * rokd was started with. */
-	(void)syscall(SYS_umask, rokd_umask);
-	if (syscall(SYS_setsid) < 0)
-		exec_child_fail(fail, "setsid", 0);
+	(void)EXEC_SYS1(SYS_umask, rokd_umask);
+	if ((rc = EXEC_SYS0(SYS_setsid)) < 0)
+		exec_child_fail(fail, "setsid", rc);
 	/* The class's nice (rokd.conf nice_CLASS), added to rokd's own.
 	 * Lowering always works; raising needs privilege, and a task whose
 	 * raise is refused runs at rokd's level rather than not at all.  The
 	 * raw getpriority returns 20 - nice. */
 	if (s->nice != 0) {
-		rc = syscall(SYS_getpriority, PRIO_PROCESS, 0);
+		rc = EXEC_SYS2(SYS_getpriority, PRIO_PROCESS, 0);
 		if (rc >= 0) {
 			long want = 20 - rc + s->nice;
 			want = want < -20 ? -20 : want > 19 ? 19 : want;
-			(void)syscall(SYS_setpriority, PRIO_PROCESS, 0, want);
+			(void)EXEC_SYS3(SYS_setpriority, PRIO_PROCESS, 0, want);
 		}
 	}
-	if (s->cgroup >= 0 && syscall(SYS_write, s->cgroup, "0", 1) != 1)
-		exec_child_fail(fail, "joining its cgroup", 0);
+	if (s->cgroup >= 0 &&
+	    (rc = EXEC_SYS3(SYS_write, s->cgroup, "0", 1)) != 1)
+		exec_child_fail(fail, "joining its cgroup", rc);
 	for (int i = 0; i < 3; i++) {
 		/* dup3 refuses old == new; the fds are never 0-2 here (rokd
 		 * keeps its own 0-2 open), but be safe: clear CLOEXEC then. */
 		if (s->fds[i] == i)
-			rc = syscall(SYS_fcntl, i, F_SETFD, 0);
+			rc = EXEC_SYS3(SYS_fcntl, i, F_SETFD, 0);
 		else
-			rc = syscall(SYS_dup3, s->fds[i], i, 0);
+			rc = EXEC_SYS3(SYS_dup3, s->fds[i], i, 0);
 		if (rc < 0)
-			exec_child_fail(fail, "dup2", 0);
+			exec_child_fail(fail, "dup2", rc);
 	}
-	(void)syscall(SYS_close_range, 3u, ~0u, 0u);
+	(void)EXEC_SYS3(SYS_close_range, 3u, ~0u, 0u);
 	for (int i = 0; i < spawn.nrestore; i++) {
-		int r = spawn.restore[i];
-		if (syscall(SYS_prlimit64, 0, r, &spawn.lim[r], NULL) != 0)
-			exec_child_fail(fail, "setrlimit", 0);
+		int lim = spawn.restore[i];
+		if ((rc = EXEC_SYS4(SYS_prlimit64, 0, lim, &spawn.lim[lim],
+		                    NULL)) != 0)
+			exec_child_fail(fail, "setrlimit", rc);
 	}
 	if (s->change_creds) {
-		if (syscall(SYS_setgroups, s->ngroups, s->groups) != 0)
-			exec_child_fail(fail, "setgroups", 0);
-		if (syscall(SYS_setresgid, s->gid, s->gid, s->gid) != 0)
-			exec_child_fail(fail, "setresgid", 0);
-		if (syscall(SYS_setresuid, s->uid, s->uid, s->uid) != 0)
-			exec_child_fail(fail, "setresuid", 0);
+		if ((rc = EXEC_SYS2(SYS_setgroups, s->ngroups, s->groups)) != 0)
+			exec_child_fail(fail, "setgroups", rc);
+		if ((rc = EXEC_SYS3(SYS_setresgid, s->gid, s->gid, s->gid)) != 0)
+			exec_child_fail(fail, "setresgid", rc);
+		if ((rc = EXEC_SYS3(SYS_setresuid, s->uid, s->uid, s->uid)) != 0)
+			exec_child_fail(fail, "setresuid", rc);
 		/* rokd's session keyring (KeyringMode=private under
 		 * systemd) would be every user's: a new anonymous one, owned
 		 * by the user.  A kernel without keyrings has nothing to
 		 * share, nor does one where a seccomp filter refuses keyctl
 		 * (Docker's default: EPERM), which holds for the task too. */
-		if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 &&
-		    errno != ENOSYS && errno != EPERM)
+		rc = EXEC_SYS2(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL);
+		if (rc < 0 && rc != -ENOSYS && rc != -EPERM)
 			exec_child_fail(fail, "joining a session keyring of "
-			                "its own", 0);
+			                "its own", rc);
 	}
-	if (s->cwd != NULL && syscall(SYS_chdir, s->cwd) != 0)
-		exec_child_fail(fail, "chdir", 0);
-	if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
-		exec_child_fail(fail, "prctl", 0);
-	if (syscall(SYS_getppid) != a->parent)
+	if (s->cwd != NULL && (rc = EXEC_SYS1(SYS_chdir, s->cwd)) != 0)
+		exec_child_fail(fail, "chdir", rc);
+	if ((rc = EXEC_SYS5(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)) != 0)
+		exec_child_fail(fail, "prctl", rc);
+	if (EXEC_SYS0(SYS_getppid) != spawn.self)
 		exec_child_fail(fail, "getppid", -ESRCH);
 	if (spawn.stall != NULL && s->paths[0] != NULL &&
 	    exec_child_same(s->paths[0], spawn.stall)) {
-		rc = syscall(SYS_openat, AT_FDCWD, spawn.stall,
-		             O_RDONLY | O_CLOEXEC);
+		rc = EXEC_SYS3(SYS_openat, AT_FDCWD, spawn.stall,
+		               O_RDONLY | O_CLOEXEC);
 		if (rc >= 0)
-			syscall(SYS_close, rc);
+			(void)EXEC_SYS1(SYS_close, rc);
 	}
-	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(none));
+	(void)EXEC_SYS4(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL,
+	                sizeof(none));
 	/* execvp's rules: the first candidate that is not missing wins, a
 	 * file the kernel cannot run (ENOEXEC: no #! line) runs with
 	 * /bin/sh; EACCES is reported if nothing ran and some candidate had
 	 * it. */
-	int err = ENOENT;
+	long err = -ENOENT;
 	for (size_t i = 0; s->paths[i] != NULL; i++) {
-		syscall(SYS_execve, s->paths[i], s->argv, s->envp);
-		if (errno == ENOEXEC) {
+		rc = EXEC_SYS3(SYS_execve, s->paths[i], s->argv, s->envp);
+		if (rc == -ENOEXEC) {
 			s->sh_argv[1] = s->paths[i];
-			syscall(SYS_execve, "/bin/sh", s->sh_argv, s->envp);
+			rc = EXEC_SYS3(SYS_execve, "/bin/sh", s->sh_argv,
+			               s->envp);
 		}
-		if (errno == EACCES)
-			err = EACCES;
-		else if (errno != ENOENT && errno != ENOTDIR) {
-			err = errno;
+		if (rc == -EACCES)
+			err = -EACCES;
+		else if (rc != -ENOENT && rc != -ENOTDIR) {
+			err = rc;
 			break;
 		}
 	}
-	exec_child_fail(fail, "exec", -err);
+	exec_child_fail(fail, "exec", err);
 }
 
 /* ---- killing and reaping ------------------------------------------------ */
@@ -636,8 +708,21 @@ void exec_spawn_kill(struct exec_req *r)
 
 /* ---- the spawner threads ------------------------------------------------ */
 
+#ifdef EXEC_DIRECT
+static void exec_spawn_direct(struct exec_req *r);
+#endif
+
 void exec_spawn_submit(struct exec_req *r)
 {
+#ifdef EXEC_DIRECT
+	if (!spawn.spawners_only && rok_on_pool_worker()) {
+		exec_spawn_direct(r);
+		/* The receiver is the calling task's: it takes r at once. */
+		if (rok_oneshot_send(r->done, r) < 0)
+			exec_req_free(r, true);
+		return;
+	}
+#endif
 	r->next = NULL;
 	r->state = SPAWN_QUEUED;
 	pthread_mutex_lock(&spawn.lock);
@@ -705,6 +790,10 @@ void exec_req_free(struct exec_req *r, bool kill_child)
 	if (r->pidfd >= 0)
 		close(r->pidfd);
 	exec_cgroup_done(&r->cg);
+	/* A direct start's child, if any, is reaped or killed by now: killed,
+	 * it runs none of its code again, and the kernel writes nothing of
+	 * r's (no CLONE_CHILD_CLEARTID). */
+	free(r->stack);
 	free(r);
 }
 
@@ -786,83 +875,11 @@ static int exec_spawn_pipes(struct exec_req *r)
 	return 0;
 }
 
-/*
- * Starts r's child on `stack` (the top of this spawner's child stack), in
- * a cgroup of its own where there are such (taken here, as the pipes are,
- * so that a queued start holds no fd).
- *
- * The child's start time (exec_record_group) is the kernel's
- * CLOCK_BOOTTIME when clone made it, in ticks: read here just before and
- * just after the clone, it is known exactly when both readings fall in the
- * same tick, which they do but for a clone that straddles a tick's end (a
- * few in a hundred for a short exec at 100 Hz); only then does the task
- * read /proc/<pid>/stat, whose open and read cost rokd as much CPU time
- * as the clone itself (perf record, rokd running `true`).
- */
-static void exec_spawner_run(struct exec_req *r, void *stack)
+/* r->reason: why the start failed at `step` with errno err. */
+static void exec_req_explain(struct exec_req *r, const char *step, int err)
 {
-	struct exec_child_arg a = {
-		.s = &r->s,
-		.r = r,
-		.parent = spawn.self,
-	};
-	const char *step = "its cgroup";
-	pid_t pid = -1;
-	int err = 0;
-
-	/* Given up on already (a stop cancels every start): nothing to take,
-	 * and at exit no cgroup to make under a directory being removed.
-	 * (The child looks again: the flag may be set from now on.) */
-	if (__atomic_load_n(&r->kill, __ATOMIC_SEQ_CST)) {
-		step = "cancelled";
-		err = ECANCELED;
-	} else {
-		err = -exec_cgroup_new(&r->cg);
-	}
-	if (err == 0) {
-		step = "pipe";
-		r->s.cgroup = r->cg.procs;
-		err = exec_spawn_pipes(r);
-	}
-	if (err == 0) {
-		uint64_t t0 = 0, t1 = 0;
-		bool t0_ok = exec_boot_ticks(&t0);
-
-		step = "clone";
-		/* r->pidfd is -1 (exec_start) until the kernel stores the
-		 * child's. */
-		pid = exec_clone(exec_child_main, stack,
-		                 CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
-		                 &a, &r->pidfd);
-		err = pid < 0 ? errno : 0;
-		/* A clone that fails after the kernel stored the pidfd's
-		 * number (cgroup_can_fork refusing, a fatal signal) frees
-		 * the number: it is not ours, and closing it would close
-		 * whatever file another thread opened under it meanwhile. */
-		if (pid < 0)
-			r->pidfd = -1;
-		if (t0_ok && exec_boot_ticks(&t1) && t0 == t1) {
-			r->start_known = true;
-			r->start_ticks = t0;
-		}
-	}
-	pthread_mutex_lock(&spawn.lock);
-	r->state = SPAWN_DONE;   /* exec_spawn_kill leaves the pidfd alone */
-	pthread_mutex_unlock(&spawn.lock);
-	if (pid > 0 && a.fail.step != NULL) {
-		/* It exited before exec: reap it here, it is ours alone. */
-		exec_kill_reap_close(pid, r->pidfd, "exec");
-		r->pidfd = -1;
-		step = a.fail.step;
-		err = a.fail.err != 0 ? a.fail.err : EIO;
-	} else if (pid > 0) {
-		/* Started (or killed on its way by exec_spawn_kill: the task
-		 * reaps it and sees the signal). */
-		r->pid = pid;
-		exec_req_strip(r);
-		return;
-	}
 	const char *what = strerror(err);
+
 	if (strcmp(step, "cancelled") == 0)
 		snprintf(r->reason, sizeof(r->reason), "cancelled before it "
 		         "started");
@@ -874,8 +891,139 @@ static void exec_spawner_run(struct exec_req *r, void *stack)
 		         what);
 	else
 		snprintf(r->reason, sizeof(r->reason), "%s: %s", step, what);
+}
+
+/*
+ * Starts r's child on `stack` (its top) with clone `flags` besides
+ * CLONE_VM, CLONE_PIDFD and SIGCHLD, in a cgroup of its own where there
+ * are such (taken here, as the pipes are, so that a queued start holds no
+ * fd).  The child's pid, or -1 with *step and *err saying why not.
+ *
+ * The child's start time (exec_record_group) is the kernel's
+ * CLOCK_BOOTTIME when clone made it, in ticks: read here just before and
+ * just after the clone, it is known exactly when both readings fall in the
+ * same tick, which they do but for a clone that straddles a tick's end (a
+ * few in a hundred for a short exec at 100 Hz); only then does the task
+ * read /proc/<pid>/stat, whose open and read cost rokd as much CPU time
+ * as the clone itself (perf record, rokd running `true`).
+ */
+static pid_t exec_spawn_clone(struct exec_req *r, void *stack, int flags,
+                              const char **step, int *err)
+{
+	/* Given up on already (a stop cancels every start): nothing to take,
+	 * and at exit no cgroup to make under a directory being removed.
+	 * (The child looks again: the flag may be set from now on.) */
+	if (__atomic_load_n(&r->kill, __ATOMIC_SEQ_CST)) {
+		*step = "cancelled";
+		*err = ECANCELED;
+		return -1;
+	}
+	*step = "its cgroup";
+	if ((*err = -exec_cgroup_new(&r->cg)) != 0)
+		return -1;
+	*step = "pipe";
+	r->s.cgroup = r->cg.procs;
+	if ((*err = exec_spawn_pipes(r)) != 0)
+		return -1;
+
+	uint64_t t0 = 0, t1 = 0;
+	bool t0_ok = exec_boot_ticks(&t0);
+
+	*step = "clone";
+	/* r->pidfd is -1 (exec_start) until the kernel stores the child's. */
+	pid_t pid = exec_clone(exec_child_main, stack,
+	                       CLONE_VM | CLONE_PIDFD | SIGCHLD | flags, r,
+	                       &r->pidfd);
+	*err = pid < 0 ? errno : 0;
+	/* A clone that fails after the kernel stored the pidfd's number
+	 * (cgroup_can_fork refusing, a fatal signal) frees the number: it is
+	 * not ours, and closing it would close whatever file another thread
+	 * opened under it meanwhile. */
+	if (pid < 0)
+		r->pidfd = -1;
+	if (t0_ok && exec_boot_ticks(&t1) && t0 == t1) {
+		r->start_known = true;
+		r->start_ticks = t0;
+	}
+	return pid;
+}
+
+/* A spawner thread starts r's child and waits for it to exec. */
+static void exec_spawner_run(struct exec_req *r, void *stack)
+{
+	const char *step;
+	int err;
+	pid_t pid = exec_spawn_clone(r, stack, CLONE_VFORK, &step, &err);
+
+	pthread_mutex_lock(&spawn.lock);
+	r->state = SPAWN_DONE;   /* exec_spawn_kill leaves the pidfd alone */
+	pthread_mutex_unlock(&spawn.lock);
+	if (pid > 0 && r->fail.step != NULL) {
+		/* It exited before exec: reap it here, it is ours alone. */
+		exec_kill_reap_close(pid, r->pidfd, "exec");
+		r->pidfd = -1;
+		step = r->fail.step;
+		err = r->fail.err;
+	} else if (pid > 0) {
+		/* Started (or killed on its way by exec_spawn_kill: the task
+		 * reaps it and sees the signal). */
+		r->pid = pid;
+		exec_req_strip(r);
+		return;
+	}
+	exec_req_explain(r, step, err);
 	exec_req_strip(r);
 	exec_req_close_ours(r);
+}
+
+#ifdef EXEC_DIRECT
+/* A direct start's child stack: its frames take well under a kilobyte. */
+#define EXEC_DIRECT_STACK 8192
+
+/*
+ * Starts r's child from the calling pool worker, without a spawner and
+ * without waiting for it to exec (no CLONE_VFORK), which takes two thread
+ * hand-offs and a worker's park off every start.  The child runs on a
+ * stack of r's and reads r until it execs, and the task keeps r until the
+ * child is reaped (exec_req_reaped, which also tells a step that failed
+ * before execve).  A start stuck on a hung mount holds no thread at all:
+ * it is a process like a running child, and the task's timeout or cancel
+ * kills it as one.  The child's fds are closed here at once: the child has
+ * its own copy of the fd table (no CLONE_FILES).
+ */
+static void exec_spawn_direct(struct exec_req *r)
+{
+	const char *step = "out of memory";
+	int err = ENOMEM;
+	pid_t pid = -1;
+
+	r->direct = true;
+	r->state = SPAWN_DONE;   /* never queued: exec_spawn_kill only flags */
+	if ((r->stack = malloc(EXEC_DIRECT_STACK)) != NULL)
+		pid = exec_spawn_clone(r, (char *)r->stack + EXEC_DIRECT_STACK,
+		                       0, &step, &err);
+	if (pid > 0) {
+		r->pid = pid;
+		for (int i = 0; i < 3; i++) {
+			if (r->child[i] >= 0 && r->child[i] != spawn.devnull)
+				close(r->child[i]);
+			r->child[i] = -1;
+		}
+		return;
+	}
+	exec_req_explain(r, step, err);
+	exec_req_strip(r);
+	exec_req_close_ours(r);
+}
+#endif
+
+bool exec_req_reaped(struct exec_req *r)
+{
+	/* The child is gone: what it stored before exit_group is seen. */
+	if (!r->direct || r->fail.step == NULL)
+		return false;
+	exec_req_explain(r, r->fail.step, r->fail.err);
+	return true;
 }
 
 static void *exec_spawner_main(void *arg)

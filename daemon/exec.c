@@ -97,7 +97,8 @@ struct exec_job {
 	bool to_armed, grace_armed;
 	int64_t to_deadline, grace_deadline;
 	struct exec_req *req;       /* the start, until its answer came */
-	rok_oneshot *req_done;      /* the spawner's answer, until received */
+	rok_oneshot *req_done;      /* the start's answer, until received */
+	struct exec_req *launch;    /* a direct start's: until the reap */
 	rok_oneshot *wake;
 	rok_chan_op wake_op;
 	bool woken;
@@ -195,9 +196,10 @@ static void exec_fail(struct exec_job *j, const char *fmt, ...)
 }
 
 /*
- * Prepares the child's start and hands it to the spawner thread: 0, or -1
- * with the reason in j (a failed task).  The request takes j's argv, env
- * and cwd; j->req_done is what the task awaits.
+ * Prepares the child's start and submits it (exec_spawn_submit: started
+ * at once on a pool worker, else by a spawner thread): 0, or -1 with the
+ * reason in j (a failed task).  The request takes j's argv, env and cwd;
+ * j->req_done is what the task awaits.
  */
 static int exec_start(struct exec_job *j)
 {
@@ -364,11 +366,32 @@ static rok_poll exec_await_start(rok_cx *cx, struct exec_job *j)
 		r->pidfd = -1;
 		r->ours[0] = r->ours[1] = r->ours[2] = -1;
 		exec_record_group(j, r);
+		if (r->direct) {
+			/* Its child may not have exec'd yet: it reads r. */
+			j->launch = r;
+			return ROK_READY;
+		}
 	} else if (j->end_how == RT_SUCCEEDED) {
 		exec_fail(j, "%s", r->reason);
 	}
 	exec_req_free(r, false);
 	return ROK_READY;
+}
+
+/*
+ * The child is reaped, or killed: a direct start's request is let go, and
+ * a step of the child's that failed before execve makes the task one that
+ * failed to start, with the reason (as a spawner's answer does), unless
+ * it ended otherwise already (timed out, cancelled).
+ */
+static void exec_launch_done(struct exec_job *j)
+{
+	if (j->launch == NULL)
+		return;
+	if (exec_req_reaped(j->launch) && j->end_how == RT_SUCCEEDED)
+		exec_fail(j, "%s", j->launch->reason);
+	exec_req_free(j->launch, false);
+	j->launch = NULL;
 }
 
 /* ---- supervising (worker) ------------------------------------------------ */
@@ -656,8 +679,10 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 		exec_drain(cx, j, 0, EXEC_DRAIN_BUDGET);
 		exec_drain(cx, j, 1, EXEC_DRAIN_BUDGET);
 		exec_feed(cx, j);
-		if (exec_reap(cx, j))
+		if (exec_reap(cx, j)) {
+			exec_launch_done(j);
 			break;
+		}
 		int64_t now = rok_now();
 		if (j->phase == EXEC_RUN && atomic_load(&j->cancel_req))
 			exec_terminate(j, RT_CANCELLED);
@@ -694,6 +719,7 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 			j->wake = NULL;
 		}
 		exec_kill_now(j);
+		exec_launch_done(j);
 		/* A cancelled await dropped its registrations already. */
 		exec_close(cx, &j->io_out[0], &j->outfd[0], false);
 		exec_close(cx, &j->io_out[1], &j->outfd[1], false);

@@ -122,11 +122,21 @@ int exec_spawn_init(void);
  * (the fuzz harness) must fail exec tasks, not run what its input says. */
 bool exec_available(void);
 
+/* Written by the child when a step before execve fails (it then exits
+ * 127), read by whoever reaps it. */
+struct exec_fail {
+	int err;
+	const char *step;
+};
+
 /*
- * A request to the spawner threads.  The request owns everything it points
- * to (moved in by the exec task) and the pipes and cgroup the spawner
- * takes; the spawner frees what only the child needed and closes the
- * child's fds.
+ * A request to start a child: by a spawner thread, or by the task's own
+ * worker (exec_spawn_direct, see exec-spawn.c).  The request owns
+ * everything it points to (moved in by the exec task) and the pipes and
+ * cgroup made for the child; a spawner frees what only the child needed
+ * and closes the child's fds once the child has exec'd.  A direct start's
+ * child reads the request (and runs on its stack) until it execs or
+ * exits, so the task keeps it until the child is reaped (exec_req_reaped).
  */
 struct exec_req {
 	struct exec_start s;
@@ -161,15 +171,26 @@ struct exec_req {
 	bool start_known;
 	uint64_t start_ticks;
 	char reason[160];           /* why not started, for people */
+	struct exec_fail fail;      /* the child's; step NULL: none failed */
+	bool direct;                /* started by the task's worker */
+	void *stack;                /* a direct start's child's, malloc'd */
 	struct exec_req *next;
 };
 
 /*
- * Queues r for a spawner thread, which starts the child and sends r back
- * through r->done; if the receiver is gone by then, the spawner kills and
- * reaps the child and frees r itself.  Any thread.
+ * Starts r's child and sends r back through r->done: at once, from a pool
+ * worker (a direct start: r->direct, the child may not have exec'd yet);
+ * else queued for a spawner thread, which does so once the child has
+ * exec'd; if the receiver is gone by then, the spawner kills and reaps the
+ * child and frees r itself.  Any thread.
  */
 void exec_spawn_submit(struct exec_req *r);
+/*
+ * A direct start's child was reaped (or killed): true if it had failed a
+ * step before execve, with the reason in r->reason (the task failed to
+ * start, as one a spawner answers with that reason does).
+ */
+bool exec_req_reaped(struct exec_req *r);
 /*
  * The task gives up on r's start (timeout, cancel): a child not yet up
  * never starts, one on its way (stuck in chdir or execve, say) gets

@@ -52,6 +52,13 @@ int rok_workers(void)
 	return executor_tls.worker != NULL ? (int)executor.nworkers : 1;
 }
 
+bool rok_on_pool_worker(void)
+{
+	const struct worker *w = executor_tls.worker;
+
+	return w != NULL && !w->guest && !w->helper && !executor.thread_per_core;
+}
+
 int executor_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg)
 {
 	sigset_t all, old;

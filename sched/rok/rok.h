@@ -79,6 +79,16 @@ int rok_workers(void);
 /* Online CPUs (at least 1). */
 int rok_cpu_count(void);
 
+/*
+ * True on a pool worker's own thread (not a helper standing in for a stuck
+ * worker, a rok_block_on guest or a blocking-pool thread) when workers are
+ * not pinned to CPUs (no thread-per-core): a thread that runs until
+ * rok_stop, with the affinity the process had.  A child process made here
+ * keeps this thread as its parent (PR_SET_PDEATHSIG fires when the parent
+ * thread exits) and inherits that affinity.
+ */
+bool rok_on_pool_worker(void);
+
 /* A snapshot of the runtime's counters (zero when it is not running). */
 struct rok_stats {
 	unsigned workers;           /* pool workers */

@@ -117,15 +117,19 @@
 #define EXEC_REAP_WAIT_NS 2000000000ll
 
 /* What the child runs: no sanitizer instrumentation (its state belongs to
- * the spawner thread, suspended meanwhile, and the child never returns to
- * balance it). */
+ * the parent thread, which the child runs beside or suspends, and the child
+ * never returns to balance it).  clang 14's disable_sanitizer_instrumentation
+ * leaves ASan's and UBSan's calls in (objdump): no_sanitize as well. */
 #if defined(__clang__) && defined(__has_attribute)
 #if __has_attribute(disable_sanitizer_instrumentation)
-#define EXEC_CHILD __attribute__((disable_sanitizer_instrumentation))
+#define EXEC_CHILD                                                     \
+	__attribute__((disable_sanitizer_instrumentation,               \
+	               no_sanitize("address", "undefined", "thread")))
 #endif
 #endif
 #ifndef EXEC_CHILD
-#define EXEC_CHILD __attribute__((no_sanitize("address", "thread")))
+#define EXEC_CHILD \
+	__attribute__((no_sanitize("address", "undefined", "thread")))
 #endif
 
 /* ThreadSanitizer intercepts clone() and runs its fork bookkeeping in the
@@ -328,7 +332,7 @@ bool exec_available(void)
  * every child is started by a spawner thread, suspended (CLONE_VFORK)
  * while the child runs, whose errno the child may use.
  */
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(__ILP32__)
 #define EXEC_DIRECT 1
 EXEC_CHILD static inline long exec_sys(long n, long a, long b, long c, long d,
                                        long e)
@@ -416,7 +420,7 @@ EXEC_CHILD static int exec_child_main(void *arg)
 	const struct exec_start *s = &r->s;
 	volatile struct exec_fail *fail = &r->fail;
 	struct exec_ksigaction dfl = { 0 };
-	uint64_t none = 0;
+	uint64_t none = 0, term = 1ull << (SIGTERM - 1);
 	long rc;
 
 	/* Dekker's pattern with exec_spawn_kill, both sides seq_cst: it
@@ -429,6 +433,10 @@ EXEC_CHILD static int exec_child_main(void *arg)
 	for (int i = 0; i < spawn.nreset; i++)
 		EXEC_SYS4(SYS_rt_sigaction, spawn.reset[i], &dfl, NULL,
 		          sizeof(uint64_t));
+	/* At its default now: the task's SIGTERM (timeout, cancel) ends a
+	 * child stuck on its way at once, not after the kill grace. */
+	(void)EXEC_SYS4(SYS_rt_sigprocmask, SIG_UNBLOCK, &term, NULL,
+	                sizeof(term));
 	/* rokd runs with umask 077 for its own files; a task gets the umask
 	 * rokd was started with. */
 	(void)EXEC_SYS1(SYS_umask, rokd_umask);
@@ -780,13 +788,14 @@ void exec_req_free(struct exec_req *r, bool kill_child)
 {
 	if (r == NULL)
 		return;
-	exec_req_strip(r);
-	exec_req_close_ours(r);
+	/* First: a direct start's child may still read what strip frees. */
 	if (kill_child && r->pid > 0) {
 		exec_cgroup_kill(&r->cg);
 		exec_kill_reap_close(r->pid, r->pidfd, "exec");
 		r->pidfd = -1;
 	}
+	exec_req_strip(r);
+	exec_req_close_ours(r);
 	if (r->pidfd >= 0)
 		close(r->pidfd);
 	exec_cgroup_done(&r->cg);
@@ -993,7 +1002,7 @@ static void exec_spawner_run(struct exec_req *r, void *stack)
  */
 static void exec_spawn_direct(struct exec_req *r)
 {
-	const char *step = "out of memory";
+	const char *step = "its stack";
 	int err = ENOMEM;
 	pid_t pid = -1;
 

@@ -31,8 +31,9 @@
  * session, so it cannot move to another group; the pidfd reaches it all
  * the same.  The kind enforces its timeout itself the same way
  * (own_timeout), from before the child starts: a child stuck on its way
- * (chdir or execve on a hung mount) is killed at the timeout
- * (exec_spawn_kill).  A task cancelled before its child started never
+ * (chdir or execve on a hung mount) is killed at the timeout, by
+ * exec_spawn_kill while a spawner starts it, else by the SIGTERM that ends
+ * any running child (the child unblocks it first thing).  A task cancelled before its child started never
  * starts one.  race --cancel-rest and select cancel their losers through
  * the task table too.  A runtime-level cancel (rok_stop at the end of a
  * daemon stop, or a cancel that comes while the child is being started)

@@ -33,11 +33,12 @@
  * (own_timeout), from before the child starts: a child stuck on its way
  * (chdir or execve on a hung mount) is killed at the timeout, by
  * exec_spawn_kill while a spawner starts it, else by the SIGTERM that ends
- * any running child (the child unblocks it first thing).  A task cancelled before its child started never
- * starts one.  race --cancel-rest and select cancel their losers through
- * the task table too.  A runtime-level cancel (rok_stop at the end of a
- * daemon stop, or a cancel that comes while the child is being started)
- * cannot wait: the cleanup section sends SIGKILL and reaps at once.
+ * any running child (the child unblocks it first thing).  A task
+ * cancelled before its child started never starts one.  race --cancel-rest
+ * and select cancel their losers through the task table too.  A
+ * runtime-level cancel (rok_stop at the end of a daemon stop, or a cancel
+ * that comes while the child is being started) cannot wait: the cleanup
+ * section sends SIGKILL and reaps at once.
  *
  * When the leader exits, whatever is left of its process group is killed
  * (SIGKILL, before the leader is reaped), as systemd does for a unit's

@@ -638,10 +638,11 @@ static int64_t worker_spin_ns(const struct worker *w)
  * work need.  And no spin at all while few spells end within it
  * (spin_off): rokd running short commands, whose children exit hundreds
  * of microseconds apart, parked after four spins in five, and those spins
- * were almost a tenth of its CPU time (bench/latency's exec row).  Timers due meanwhile are fired here, since nobody wakes a
- * worker that is not asleep; that includes one that a helper standing in
- * for this worker (monitor.c) armed before it retired, whose unpark finds
- * this worker awake.
+ * were almost a tenth of its CPU time (bench/latency's exec row).  Timers
+ * due meanwhile are fired here, since nobody wakes a worker that is not
+ * asleep; that includes one that a helper standing in for this worker
+ * (monitor.c) armed before it retired, whose unpark finds this worker
+ * awake.
  */
 static bool worker_spin(struct worker *w)
 {

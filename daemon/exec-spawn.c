@@ -752,13 +752,19 @@ void exec_spawn_submit(struct exec_req *r)
 }
 
 /* Frees what only the child needed, and closes the child's fds. */
-static void exec_req_strip(struct exec_req *r)
+/* Closes the child's ends of its fds (the child has its own copies). */
+static void exec_req_close_child(struct exec_req *r)
 {
 	for (int i = 0; i < 3; i++) {
 		if (r->child[i] >= 0 && r->child[i] != spawn.devnull)
 			close(r->child[i]);
 		r->child[i] = -1;
 	}
+}
+
+static void exec_req_strip(struct exec_req *r)
+{
+	exec_req_close_child(r);
 	for (size_t i = 0; r->argv != NULL && r->argv[i] != NULL; i++)
 		free(r->argv[i]);
 	for (size_t i = 0; r->env != NULL && r->env[i] != NULL; i++)
@@ -1013,11 +1019,7 @@ static void exec_spawn_direct(struct exec_req *r)
 		                       0, &step, &err);
 	if (pid > 0) {
 		r->pid = pid;
-		for (int i = 0; i < 3; i++) {
-			if (r->child[i] >= 0 && r->child[i] != spawn.devnull)
-				close(r->child[i]);
-			r->child[i] = -1;
-		}
+		exec_req_close_child(r);
 		return;
 	}
 	exec_req_explain(r, step, err);

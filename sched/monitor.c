@@ -3,7 +3,7 @@
  *
  * A task that makes a blocking call holds its worker for as long as the call
  * takes; the tasks queued behind it on that worker must not wait for it.
- * The monitor thread wakes every MONITOR_PERIOD and reads each worker's
+ * The monitor thread wakes every 2 to 10 ms and reads each worker's
  * poll_seq, which is odd while a poll runs.  A worker seen in the same poll
  * at two consecutive looks, whose thread the kernel reports asleep (state S
  * or D in /proc: blocked in a call, not merely preempted or computing), is
@@ -62,12 +62,22 @@
 #include "monitor.h"
 #include "worker.h"
 
+/*
+ * The time between looks: MONITOR_PERIOD while some worker is in a long
+ * poll (seen in the same poll at two looks), doubled after each look that
+ * found none, up to MONITOR_PERIOD_MAX.  rokd's workers run short polls
+ * between waits, and looks every 2 ms cost it 6 to 10 % of its CPU in
+ * exec-heavy loads on a 2-vCPU VM (each look may wake an idle vCPU).  The
+ * price: a call that blocks in a quiet spell is handed off after 10 to 20
+ * ms instead of 2 to 4, as Go's sysmon, which backs off to 10 ms, does.
+ */
 #define MONITOR_PERIOD ROK_MS(2)
+#define MONITOR_PERIOD_MAX ROK_MS(10)
 /* Looks that find the pool all idle before the monitor sleeps until poked.
  * A pool that parks between requests (a daemon serving one client) would
  * otherwise have each unpark poke it: a futex wake on the worker's way to
  * its task, and a wake-up of this thread, per request.  The price: a burst
- * after a quiet spell costs up to 8 more looks (16 ms) before the sleep. */
+ * after a quiet spell costs up to 8 more looks (64 ms) before the sleep. */
 #define MONITOR_IDLE_LOOKS 8
 
 static struct {
@@ -205,25 +215,28 @@ static void monitor_reap(struct worker *h)
 	h->wheel = &h->timers;
 }
 
-/* One look at a worker or an active helper. */
-static void monitor_look(struct worker *w)
+/* One look at a worker or an active helper: true if it is in a long poll
+ * (the same poll as at the last look). */
+static bool monitor_look(struct worker *w)
 {
 	uint32_t seq = atomic_load_explicit(&w->poll_seq, memory_order_relaxed);
+	bool long_poll = (seq & 1) && seq == w->mon_seen;
 
-	if ((seq & 1) && seq == w->mon_seen) {
-		/* A long poll: its LIFO task may be stolen now, and someone
-		 * parked is woken to do it (worker.c).  At each look, as the
-		 * slot may fill during the poll. */
+	if (long_poll) {
+		/* Its LIFO task may be stolen now, and someone parked is
+		 * woken to do it (worker.c).  At each look, as the slot may
+		 * fill during the poll. */
 		atomic_store_explicit(&w->long_poll, seq, memory_order_relaxed);
 		if (atomic_load_explicit(&w->lifo, memory_order_relaxed) != NULL)
 			executor_notify();
 	}
-	if ((seq & 1) && seq == w->mon_seen && w->helped_by == NULL &&
+	if (long_poll && w->helped_by == NULL &&
 	    atomic_load_explicit(&w->pinned_live, memory_order_relaxed) == 0 &&
 	    monitor_thread_asleep(atomic_load_explicit(&w->tid,
 	                                               memory_order_relaxed)))
 		monitor_hand_off(w, seq);
 	w->mon_seen = seq;
+	return long_poll;
 }
 
 static bool monitor_all_idle(void)
@@ -239,7 +252,7 @@ static bool monitor_all_idle(void)
 
 static void *monitor_main(void *arg)
 {
-	const struct timespec period = { 0, MONITOR_PERIOD };
+	struct timespec period = { 0, MONITOR_PERIOD };
 	unsigned idle_looks = 0;
 
 	(void)arg;
@@ -274,14 +287,18 @@ static void *monitor_main(void *arg)
 		monitor_wait(atomic_load(&monitor.word), &period);
 		unsigned n = atomic_load_explicit(&executor.nhelpers,
 		                                  memory_order_relaxed);
+		bool long_polls = false;
 		for (unsigned i = 0; i < n; i++)
 			monitor_reap(executor.helpers[i]);
 		for (unsigned i = 0; i < executor.nworkers; i++)
-			monitor_look(atomic_load_explicit(&executor.workers[i],
-			                                  memory_order_relaxed));
+			long_polls |= monitor_look(atomic_load_explicit(
+				&executor.workers[i], memory_order_relaxed));
 		for (unsigned i = 0; i < n; i++)
 			if (executor.helpers[i]->active)
-				monitor_look(executor.helpers[i]);
+				long_polls |= monitor_look(executor.helpers[i]);
+		period.tv_nsec = long_polls ? MONITOR_PERIOD
+		                 : period.tv_nsec * 2 > MONITOR_PERIOD_MAX
+		                 ? MONITOR_PERIOD_MAX : period.tv_nsec * 2;
 	}
 	return NULL;
 }

@@ -77,7 +77,7 @@
  * A pool that parks between requests (a daemon serving one client) would
  * otherwise have each unpark poke it: a futex wake on the worker's way to
  * its task, and a wake-up of this thread, per request.  The price: a burst
- * after a quiet spell costs up to 8 more looks (64 ms) before the sleep. */
+ * after a quiet spell costs up to 8 more looks (80 ms) before the sleep. */
 #define MONITOR_IDLE_LOOKS 8
 
 static struct {
@@ -216,7 +216,7 @@ static void monitor_reap(struct worker *h)
 }
 
 /* One look at a worker or an active helper: true if it is in a long poll
- * (the same poll as at the last look). */
+ * (the same poll as at the last look) that no helper stands in for yet. */
 static bool monitor_look(struct worker *w)
 {
 	uint32_t seq = atomic_load_explicit(&w->poll_seq, memory_order_relaxed);
@@ -236,7 +236,9 @@ static bool monitor_look(struct worker *w)
 	                                               memory_order_relaxed)))
 		monitor_hand_off(w, seq);
 	w->mon_seen = seq;
-	return long_poll;
+	/* A call already handed off does not keep the looks at 2 ms: its
+	 * helper takes the LIFO task itself, and is looked at in turn. */
+	return long_poll && w->helped_by == NULL;
 }
 
 static bool monitor_all_idle(void)

@@ -431,7 +431,9 @@ END_TEST
 #define TIMER_TURN_NS ((int64_t)1 << 52)   /* the whole wheel: 52 days */
 
 static _Atomic int fired[64];
-static _Atomic int fired_n;
+static _Atomic int fired_n;     /* slots of fired[] taken */
+static _Atomic int fired_done;  /* slots of fired[] written: what to wait
+                                   for before reading them */
 static _Atomic int fired_early;
 
 struct far {
@@ -449,6 +451,7 @@ static rok_poll far_poll(rok_cx *cx, void *frame)
 	if (rok_now() < f->deadline)
 		atomic_store(&fired_early, 1);
 	atomic_store(&fired[atomic_fetch_add(&fired_n, 1)], f->idx);
+	atomic_fetch_add(&fired_done, 1);
 	ROK_CLEANUP(cx);
 	ROK_END(cx);
 }
@@ -479,7 +482,7 @@ static void far_clock_to(int64_t at)
 
 static void far_wait_fired(int n)
 {
-	while (atomic_load(&fired_n) < n)
+	while (atomic_load(&fired_done) < n)
 		sched_yield();
 }
 

@@ -751,7 +751,6 @@ void exec_spawn_submit(struct exec_req *r)
 	pthread_cond_signal(&spawn.cond);
 }
 
-/* Frees what only the child needed, and closes the child's fds. */
 /* Closes the child's ends of its fds (the child has its own copies). */
 static void exec_req_close_child(struct exec_req *r)
 {
@@ -762,6 +761,7 @@ static void exec_req_close_child(struct exec_req *r)
 	}
 }
 
+/* Frees what only the child needed, and closes the child's fds. */
 static void exec_req_strip(struct exec_req *r)
 {
 	exec_req_close_child(r);

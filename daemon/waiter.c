@@ -68,12 +68,37 @@ struct waiter {
 	rok_task **live;           /* nlive, owned refs: the tasks running */
 	size_t *live_index;        /* nlive: live[k] is ids[live_index[k]] */
 	size_t nlive;
+	bool ids_given;            /* QUOTA_WAIT_IDS given back */
 };
 
-/* Frees f's arrays and gives back its ids (QUOTA_WAIT_IDS). */
+/* Gives back f's ids (QUOTA_WAIT_IDS), once. */
+static void waiter_give_ids(struct waiter *f)
+{
+	if (f->ids_given)
+		return;
+	f->ids_given = true;
+	(void)quota_add(f->uid, QUOTA_WAIT_IDS, -(int64_t)f->n);
+}
+
+/* The wait's answer.  Its ids are given back first: the client may ask
+ * again as soon as it reads the reply, before the wait's task ends. */
+static void waiter_post_error(struct waiter *f, ErrorCode code,
+                              const char *msg)
+{
+	waiter_give_ids(f);
+	reply_post_error(f->conn, f->req_id, code, msg);
+}
+
+static void waiter_post(struct waiter *f, const Response *resp)
+{
+	waiter_give_ids(f);
+	reply_post_direct(f->conn, resp);
+}
+
+/* Frees f's arrays and gives back its ids if its answer has not. */
 static void waiter_free(struct waiter *f)
 {
-	(void)quota_add(f->uid, QUOTA_WAIT_IDS, -(int64_t)f->n);
+	waiter_give_ids(f);
 	for (size_t i = 0; i < f->nlive; i++)
 		rok_task_unref(f->live[i]);
 	free(f->ids);
@@ -92,17 +117,16 @@ static void waiter_reply_join(struct waiter *f)
 	TaskInfo **ptrs = tasktab_infos_new(f->n);
 
 	if (ptrs == NULL) {
-		reply_post_error(f->conn, f->req_id,
-		                 ROK__V1__ERROR_CODE__INTERNAL, "out of memory");
+		waiter_post_error(f, ROK__V1__ERROR_CODE__INTERNAL,
+		                  "out of memory");
 		return;
 	}
 	/* Built within the frame limit: no copies past it. */
 	if (tasktab_infos_fill(f->ids, f->n, f->uid, ptrs,
 	                       tasktab_reply_budget()) < f->n) {
-		reply_post_error(f->conn, f->req_id,
-		                 ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED,
-		                 "reply larger than the frame limit: ask for "
-		                 "fewer tasks");
+		waiter_post_error(f, ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED,
+		                  "reply larger than the frame limit: ask for "
+		                  "fewer tasks");
 		tasktab_infos_free(ptrs, f->n);
 		return;
 	}
@@ -118,7 +142,7 @@ static void waiter_reply_join(struct waiter *f)
 		resp.body_case = ROK__V1__RESPONSE__BODY_JOIN;
 		resp.join = &jr;
 	}
-	reply_post_direct(f->conn, &resp);
+	waiter_post(f, &resp);
 	tasktab_infos_free(ptrs, f->n);
 }
 
@@ -145,7 +169,7 @@ static void waiter_reply_race(struct waiter *f)
 		resp.body_case = ROK__V1__RESPONSE__BODY_RACE;
 		resp.race = &rr;
 	}
-	reply_post_direct(f->conn, &resp);
+	waiter_post(f, &resp);
 	tasktab_info_free(&info);
 }
 
@@ -243,8 +267,7 @@ static int waiter_lookup(struct waiter *f)
 				 * of this select may run on. */
 				for (size_t k = 0; k < f->n; k++)
 					(void)tasktab_cancel(f->ids[k], f->uid);
-			reply_post_error(f->conn, f->req_id, (ErrorCode)code,
-			                 msg);
+			waiter_post_error(f, (ErrorCode)code, msg);
 			return -ENOENT;
 		}
 		if (h != NULL) {
@@ -304,11 +327,10 @@ static rok_poll waiter_poll(rok_cx *cx, void *frame)
 			 * winner, none of its tasks may run on. */
 			for (size_t k = 0; k < f->n; k++)
 				(void)tasktab_cancel(f->ids[k], f->uid);
-		reply_post_error(f->conn, f->req_id,
-		                 ROK__V1__ERROR_CODE__TIMED_OUT,
-		                 f->mode == WAIT_SELECT
-		                         ? "timed out; every task was cancelled"
-		                         : "timed out; the tasks keep running");
+		waiter_post_error(f, ROK__V1__ERROR_CODE__TIMED_OUT,
+		                  f->mode == WAIT_SELECT
+		                          ? "timed out; every task was cancelled"
+		                          : "timed out; the tasks keep running");
 		ROK_RETURN(cx, 0);
 	}
 	if (f->mode == WAIT_JOIN || f->mode == WAIT_SPAWN) {
@@ -331,9 +353,8 @@ static rok_poll waiter_poll(rok_cx *cx, void *frame)
 			}
 		}
 		if (f->timed_out)
-			reply_post_error(f->conn, f->req_id,
-			                 ROK__V1__ERROR_CODE__TIMED_OUT,
-			                 "timed out; the tasks keep running");
+			waiter_post_error(f, ROK__V1__ERROR_CODE__TIMED_OUT,
+			                  "timed out; the tasks keep running");
 		else
 			waiter_reply_join(f);
 		ROK_RETURN(cx, 0);
@@ -356,11 +377,10 @@ static rok_poll waiter_poll(rok_cx *cx, void *frame)
 	if (f->timed_out) {
 		if (f->mode == WAIT_SELECT)
 			waiter_cancel_all(f);
-		reply_post_error(f->conn, f->req_id,
-		                 ROK__V1__ERROR_CODE__TIMED_OUT,
-		                 f->mode == WAIT_SELECT
-		                         ? "timed out; every task was cancelled"
-		                         : "timed out; the tasks keep running");
+		waiter_post_error(f, ROK__V1__ERROR_CODE__TIMED_OUT,
+		                  f->mode == WAIT_SELECT
+		                          ? "timed out; every task was cancelled"
+		                          : "timed out; the tasks keep running");
 	} else {
 		if (f->cancel_rest)
 			for (size_t k = 0; k < f->nlive; k++)
@@ -373,9 +393,8 @@ static rok_poll waiter_poll(rok_cx *cx, void *frame)
 		/* rok_stop, or its connection closed (conn_add_waiter):
 		 * the reply is dropped at delivery then, giving back the
 		 * wait's reference. */
-		reply_post_error(f->conn, f->req_id,
-		                 ROK__V1__ERROR_CODE__UNAVAILABLE,
-		                 "the daemon is stopping");
+		waiter_post_error(f, ROK__V1__ERROR_CODE__UNAVAILABLE,
+		                  "the daemon is stopping");
 	waiter_free(f);
 	ROK_END(cx);
 }

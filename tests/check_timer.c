@@ -814,6 +814,7 @@ struct racer {
 
 static void *race_worker;
 static _Atomic long race_filed, race_skipped;
+static _Atomic long race_pos_done;    /* race_slot_pos entries written */
 static _Atomic long *race_slot_pos;   /* per sleeper: order in the slot */
 static _Atomic int race_window;       /* 1: firing thread in the hook; 2: go */
 
@@ -828,6 +829,7 @@ static rok_poll racer_poll(rok_cx *cx, void *frame)
 		ROK_RETURN(cx, NULL);
 	}
 	atomic_store(&race_slot_pos[f->idx], atomic_fetch_add(&race_filed, 1));
+	atomic_fetch_add(&race_pos_done, 1);
 	ROK_AWAIT(cx, rok_sleep_until(cx, &f->sleep, f->deadline));
 	ROK_RETURN(cx, (void *)1);
 	ROK_CLEANUP(cx);
@@ -890,6 +892,7 @@ START_TEST(fire_while_cancelling)
 			n = 0;
 			atomic_store(&race_filed, 0);
 			atomic_store(&race_skipped, 0);
+			atomic_store(&race_pos_done, 0);
 			atomic_store(&race_window, 0);
 			/* Chunks until the slot holds WANT, whatever the other
 			 * worker takes. */
@@ -905,7 +908,9 @@ START_TEST(fire_while_cancelling)
 					                  &init, sizeof(init)),
 						0);
 				}
-				while (atomic_load(&race_filed) +
+				/* Written, not only taken: a slot's position
+				 * is stored after its fetch_add. */
+				while (atomic_load(&race_pos_done) +
 				       atomic_load(&race_skipped) < n)
 					sched_yield();
 			}

@@ -377,6 +377,16 @@ static void rc_cancel_req(int fd, uint64_t req_id, uint64_t *ids, size_t n)
 	rc_send(fd, &req);
 }
 
+static void rc_cancel_ok(int fd, uint64_t id)
+{
+	rc_cancel_req(fd, 43, &id, 1);
+	Response *r = rc_recv(fd);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_ptr_nonnull(r->cancel);
+	ck_assert_int_eq(r->cancel->results[0]->code, ROK__V1__ERROR_CODE__OK);
+	rok__v1__response__free_unpacked(r, NULL);
+}
+
 /* Sends a ping as request req_id (its reply comes later). */
 static void rc_ping_req(int fd, uint64_t req_id)
 {
@@ -596,7 +606,7 @@ START_TEST(waits_begun_before_commit)
 	int fd = rc_hello();
 
 	rc_select_echo_wins(fd);
-	uint64_t id = rc_spawn(fd, "sleep", "300ms");
+	uint64_t id = rc_spawn(fd, "sleep", "1h");
 	rc_join_req(fd, 9, &id);                 /* takes the slot */
 	/* spawn --wait-timeout 10s: its wait would come from a waiter */
 	Request sreq = ROK__V1__REQUEST__INIT;
@@ -619,6 +629,11 @@ START_TEST(waits_begun_before_commit)
 	ck_assert_int_eq(r->error->code,
 	                 ROK__V1__ERROR_CODE__RESOURCE_EXHAUSTED);
 	rok__v1__response__free_unpacked(r, NULL);
+	/* The join's task ends only now (the slot held till the refusal),
+	 * cancelled from another connection: this one's slot is taken. */
+	int fd2 = rc_hello();
+	rc_cancel_ok(fd2, id);
+	close(fd2);
 	r = rc_recv(fd);                         /* the join */
 	ck_assert_uint_eq(r->id, 9);
 	ck_assert_ptr_null(r->error);
@@ -719,16 +734,6 @@ static void rc_spawn_spec(int fd, Rok__V1__TaskSpec *spec, bool wait,
 	req.body_case = ROK__V1__REQUEST__BODY_SPAWN;
 	req.spawn = &sp;
 	rc_send(fd, &req);
-}
-
-static void rc_cancel_ok(int fd, uint64_t id)
-{
-	rc_cancel_req(fd, 43, &id, 1);
-	Response *r = rc_recv(fd);
-	ck_assert_ptr_nonnull(r);
-	ck_assert_ptr_nonnull(r->cancel);
-	ck_assert_int_eq(r->cancel->results[0]->code, ROK__V1__ERROR_CODE__OK);
-	rok__v1__response__free_unpacked(r, NULL);
 }
 
 static void rc_wait_running(int fd, uint64_t id)

@@ -42,14 +42,6 @@ static int test_timeout(int seconds)
 	return getenv("ROK_TEST_SCALE") != NULL ? seconds * 4 : seconds;
 }
 
-static void sleep_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) != 0)
-		;
-}
-
 /* ---- the fake daemon -------------------------------------------------- */
 
 enum fake_mode {
@@ -59,14 +51,15 @@ enum fake_mode {
 	FAKE_CLOSE_NOW,       /* first request: close without a word */
 	FAKE_GARBAGE,         /* first request: a frame that does not decode */
 	FAKE_HUGE,            /* first request: a header announcing 2 GiB */
-	FAKE_DELAY,           /* first request: answered after delay_ms */
+	FAKE_GATED,           /* first request: answered once a byte is
+	                         written to gate[1] */
 	FAKE_HELLO_REFUSE,    /* hello: INVALID_ARGUMENT, as rokd does */
 };
 
 struct fake {
 	enum fake_mode mode;
 	int reverse_n;
-	int delay_ms;
+	int gate[2];             /* FAKE_GATED: a pipe */
 	uint32_t proto, max_frame;
 	int fd;                  /* socketpair end, or -1 */
 	int lfd, stop[2];        /* listening mode */
@@ -566,9 +559,16 @@ static void fake_serve(struct fake *f, int fd)
 				fake_write_full(fd, huge, sizeof(huge));
 				rok__v1__request__free_unpacked(req, NULL);
 				continue;
-			case FAKE_DELAY:
-				sleep_ms(f->delay_ms);
+			case FAKE_GATED: {
+				char b;
+				ssize_t k;
+
+				while ((k = read(f->gate[0], &b, 1)) < 0 &&
+				       errno == EINTR)
+					;
+				ck_assert_int_eq(k, 1);
 				break;
+			}
 			default:
 				break;
 			}
@@ -1320,13 +1320,15 @@ START_TEST(client_timeout_drops_late_reply)
 	int rc;
 	rok_client *c;
 
-	fake_init(&f, FAKE_DELAY);
-	f.delay_ms = 300;
+	fake_init(&f, FAKE_GATED);
+	ck_assert_int_eq(pipe2(f.gate, O_CLOEXEC), 0);
 	c = fake_pair(&f, &rc);
 	ck_assert_int_eq(rc, 0);
 	rok_client_set_timeout(c, 50);
 	ck_assert_int_eq(rok_client_ping(c, "late", 4), -ETIMEDOUT);
 	rok_client_set_timeout(c, 0);
+	/* Only now is "late" answered: its reply comes after the timeout. */
+	ck_assert_int_eq(write(f.gate[1], "x", 1), 1);
 	/* The late reply to "late" must not be taken for this one's (the
 	 * payload check would fail with -EPROTO). */
 	ck_assert_int_eq(rok_client_ping(c, "next", 4), 0);
@@ -1336,6 +1338,8 @@ START_TEST(client_timeout_drops_late_reply)
 		ck_assert_int_eq(rok_client_recv(c, 0, &r), -EAGAIN);
 	}
 	fake_pair_done(&f, c);
+	close(f.gate[0]);
+	close(f.gate[1]);
 }
 END_TEST
 

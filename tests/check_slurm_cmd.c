@@ -55,7 +55,7 @@ START_TEST(hung_command_is_killed)
 
 	/* Long enough for the shell to start and echo on a loaded machine
 	 * (an ASan build): the assertion on `out` needs it to. */
-	slurm_cmd_timeout_ms = 1000 * test_timeout(2);
+	slurm_cmd_timeout_ms = 1000 * test_timeout(10);
 	/* exec: the shell is the sleeper, so the kill ends the pipe's
 	 * writer too. */
 	ck_assert_int_eq(slurm_cmd_run(sh("echo started; exec sleep 600"),
@@ -70,7 +70,7 @@ START_TEST(silent_hung_command_is_killed)
 	char out[64];
 
 	/* Its output ends at once, its life does not. */
-	slurm_cmd_timeout_ms = 1000 * test_timeout(2);
+	slurm_cmd_timeout_ms = 1000 * test_timeout(10);
 	ck_assert_int_eq(slurm_cmd_run(sh("echo started; exec sleep 600 "
 	                                  ">/dev/null 2>&1"),
 	                               NULL, NULL, NULL, out, sizeof(out)),

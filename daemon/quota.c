@@ -5,8 +5,8 @@
  *
  * Counted here: connections (max_connections_per_user), requests in flight
  * (max_waits_per_user: every request counted by conn_begin_wait, over all of
- * the uid's connections), the task ids its waits name, each held for
- * the wait's life with some 24 bytes (max_wait_ids_per_user, waiter.c),
+ * the uid's connections), the task ids its waits name, each held until
+ * the wait's answer, with some 24 bytes (max_wait_ids_per_user, waiter.c),
  * logs and watch streams (max_followers_per_user),
  * the bytes of replies queued on all of the uid's connections
  * (max_output_per_user, counted by quota_add in 64 KiB steps of each

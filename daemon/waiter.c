@@ -329,8 +329,8 @@ static rok_poll waiter_poll(rok_cx *cx, void *frame)
 				(void)tasktab_cancel(f->ids[k], f->uid);
 		waiter_post_error(f, ROK__V1__ERROR_CODE__TIMED_OUT,
 		                  f->mode == WAIT_SELECT
-		                          ? "timed out; every task was cancelled"
-		                          : "timed out; the tasks keep running");
+		                  ? "timed out; every task was cancelled"
+		                  : "timed out; the tasks keep running");
 		ROK_RETURN(cx, 0);
 	}
 	if (f->mode == WAIT_JOIN || f->mode == WAIT_SPAWN) {
@@ -379,8 +379,8 @@ static rok_poll waiter_poll(rok_cx *cx, void *frame)
 			waiter_cancel_all(f);
 		waiter_post_error(f, ROK__V1__ERROR_CODE__TIMED_OUT,
 		                  f->mode == WAIT_SELECT
-		                          ? "timed out; every task was cancelled"
-		                          : "timed out; the tasks keep running");
+		                  ? "timed out; every task was cancelled"
+		                  : "timed out; the tasks keep running");
 	} else {
 		if (f->cancel_rest)
 			for (size_t k = 0; k < f->nlive; k++)
@@ -430,8 +430,9 @@ int waiter_start(struct conn *c, uint64_t req_id, int mode,
 	}
 	if (timeout_ms > 0)
 		f.deadline = rok_deadline(duration_ns(timeout_ms));
-	/* Its arrays take some 24 bytes an id for the wait's life: bounded
-	 * per uid, not only per request (max_ids) and in count of waits. */
+	/* Its arrays take some 24 bytes an id until the wait's answer:
+	 * bounded per uid, not only per request (max_ids) and in count of
+	 * waits. */
 	if (quota_add_within(f.uid, QUOTA_WAIT_IDS, n) != QUOTA_ADDED) {
 		quota_explain(f.uid, QUOTA_WAIT_IDS, msg, sizeof(msg));
 		waiter_refuse(c, req_id, begun,

@@ -6,10 +6,12 @@
  * cancel and end.  A cgroup cannot be left without the rights to write to
  * another one.  So when rokd's own cgroup, on a cgroup2 mount, lets it make
  * children and the kernel has cgroup.kill (5.14), each exec task's child
- * joins a cgroup of its own, <rokd's cgroup>/rokd.<rokd's pid>/slot.<n>,
- * before it drops its credentials (it writes "0" to the cgroup.procs fd
- * opened here), and whenever the task kills its process group with SIGKILL
- * it also writes "1" to the cgroup's cgroup.kill.  Elsewhere (cgroup v1
+ * joins a cgroup of its own, <rokd's cgroup>/rokd.<rokd's pid>/slot.<n>:
+ * the kernel puts it there as clone3 makes it (CLONE_INTO_CGROUP, with the
+ * directory fd opened here), or, where rokd has no clone3, the child
+ * writes "0" to the cgroup.procs fd opened here before it drops its
+ * credentials (exec-spawn.c).  Whenever the task kills its process group
+ * with SIGKILL, it also writes "1" to the cgroup's cgroup.kill.  Elsewhere (cgroup v1
  * only, a non-delegated cgroup, an older kernel) this file does nothing and
  * says so once at start; tasks are then held by their process group alone.
  *
@@ -329,7 +331,7 @@ static void exec_cgroup_rmdir_locked(uint64_t n)
 /* Closes c's fds (NULL-safe on each). */
 static void exec_cgroup_close(struct exec_cgroup *c)
 {
-	int *fd[] = { &c->procs, &c->kill, &c->events };
+	int *fd[] = { &c->dir, &c->procs, &c->kill, &c->events };
 
 	for (size_t i = 0; i < sizeof(fd) / sizeof(fd[0]); i++) {
 		if (*fd[i] >= 0)
@@ -349,15 +351,14 @@ static int exec_cgroup_make(struct exec_cgroup *c)
 	         (unsigned long long)c->n);
 	if (mkdir(path, 0755) != 0)
 		return -errno;
-	int dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dir < 0)
+	c->dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (c->dir < 0)
 		return -errno;
-	c->procs = openat(dir, "cgroup.procs", O_WRONLY | O_CLOEXEC);
-	c->kill = openat(dir, "cgroup.kill", O_WRONLY | O_CLOEXEC);
-	c->events = openat(dir, "cgroup.events", O_RDONLY | O_CLOEXEC);
+	c->procs = openat(c->dir, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+	c->kill = openat(c->dir, "cgroup.kill", O_WRONLY | O_CLOEXEC);
+	c->events = openat(c->dir, "cgroup.events", O_RDONLY | O_CLOEXEC);
 	if (c->procs < 0 || c->kill < 0 || c->events < 0)
 		err = -errno;
-	close(dir);
 	return err;
 }
 
@@ -367,8 +368,7 @@ int exec_cgroup_new(struct exec_cgroup *c)
 {
 	int err = -EEXIST;
 
-	c->procs = c->kill = c->events = -1;
-	c->n = 0;
+	*c = EXEC_CGROUP_NONE;
 	if (cg.base == NULL)
 		return 0;
 	pthread_mutex_lock(&cg.lock);
@@ -400,27 +400,68 @@ int exec_cgroup_new(struct exec_cgroup *c)
 	return err;
 }
 
-void exec_cgroup_kill(const struct exec_cgroup *c)
+void exec_cgroup_kill(struct exec_cgroup *c)
 {
 	if (c->kill < 0)
 		return;
+	c->killed = true;
 	if (write(c->kill, "1", 1) != 1)
 		log_errno(errno, "exec: cgroup.kill");
 }
 
-/* Whether the cgroup has no process left and is not frozen, as a new
- * one (cgroup.events). */
-static bool exec_cgroup_empty(const struct exec_cgroup *c)
+/* Reads c's cgroup.events into buf (a string): false if it cannot. */
+static bool exec_cgroup_events(const struct exec_cgroup *c, char *buf,
+                               size_t len)
 {
-	char buf[256];
-	ssize_t n = c->events >= 0 ? pread(c->events, buf, sizeof(buf) - 1, 0)
-	                           : -1;
+	ssize_t n = c->events >= 0 ? pread(c->events, buf, len - 1, 0) : -1;
 
 	if (n <= 0)
 		return false;
 	buf[n] = '\0';
-	return strstr(buf, "populated 0\n") != NULL &&
+	return true;
+}
+
+/* Whether a process may be left in the cgroup (true when unknown). */
+static bool exec_cgroup_populated(const struct exec_cgroup *c)
+{
+	char buf[256];
+
+	return !exec_cgroup_events(c, buf, sizeof(buf)) ||
+	       strstr(buf, "populated 0\n") == NULL;
+}
+
+/* Whether the cgroup has no process left and is not frozen, as a new
+ * one. */
+static bool exec_cgroup_empty(const struct exec_cgroup *c)
+{
+	char buf[256];
+
+	return exec_cgroup_events(c, buf, sizeof(buf)) &&
+	       strstr(buf, "populated 0\n") != NULL &&
 	       strstr(buf, "frozen 1") == NULL;
+}
+
+void exec_cgroup_kill_left(struct exec_cgroup *c)
+{
+	/* Nothing can join an empty cgroup but rokd's next child (or a
+	 * process of rokd's own user, which is trusted). */
+	if (c->kill >= 0 && !exec_cgroup_populated(c))
+		return;
+	exec_cgroup_kill(c);
+}
+
+/* c to the pool if `keep` and there is room, else closed and removed. */
+static void exec_cgroup_put(struct exec_cgroup *c, bool keep)
+{
+	pthread_mutex_lock(&cg.lock);
+	if (keep && cg.npool < CGROUP_POOL) {
+		cg.pool[cg.npool++] = *c;
+	} else {
+		exec_cgroup_close(c);
+		exec_cgroup_rmdir_locked(c->n);
+	}
+	pthread_mutex_unlock(&cg.lock);
+	*c = EXEC_CGROUP_NONE;
 }
 
 void exec_cgroup_done(struct exec_cgroup *c)
@@ -433,15 +474,12 @@ void exec_cgroup_done(struct exec_cgroup *c)
 	 * would start frozen.  (Such a task can write any task's cgroup
 	 * files, and move a process into any task's cgroup, to die with
 	 * that task: rokd's own user is trusted.) */
-	bool keep = c->procs >= 0 && c->kill >= 0 && exec_cgroup_empty(c);
-	pthread_mutex_lock(&cg.lock);
-	if (keep && cg.npool < CGROUP_POOL) {
-		cg.pool[cg.npool++] = *c;
-	} else {
-		exec_cgroup_close(c);
-		exec_cgroup_rmdir_locked(c->n);
-	}
-	pthread_mutex_unlock(&cg.lock);
-	c->procs = c->kill = c->events = -1;
-	c->n = 0;
+	exec_cgroup_put(c, c->procs >= 0 && c->kill >= 0 &&
+	                   exec_cgroup_empty(c));
+}
+
+void exec_cgroup_drop(struct exec_cgroup *c)
+{
+	if (c->n != 0)
+		exec_cgroup_put(c, false);
 }

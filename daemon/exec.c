@@ -154,7 +154,7 @@ static void exec_init_frame(void *frame, struct rtask *r, const TaskSpec *spec)
 	j->id = tasktab_id(r);
 	j->uid = tasktab_uid(r);
 	j->pidfd = j->infd = -1;
-	j->cg.procs = j->cg.kill = j->cg.events = -1;
+	j->cg = EXEC_CGROUP_NONE;
 	j->outfd[0] = j->outfd[1] = -1;
 	j->argv = exec_args_strv(spec->args, spec->n_args);
 	j->env = exec_args_strv(spec->env, spec->n_env);
@@ -216,7 +216,7 @@ static int exec_start(struct exec_job *j)
 	for (int i = 0; i < 3; i++)
 		r->child[i] = r->ours[i] = -1;
 	r->pidfd = -1;
-	r->cg = (struct exec_cgroup){ .procs = -1, .kill = -1, .events = -1 };
+	r->cg = EXEC_CGROUP_NONE;
 	if (!exec_available()) {
 		free(r);
 		exec_fail(j, "exec tasks are not available in this process");
@@ -362,8 +362,7 @@ static rok_poll exec_await_start(rok_cx *cx, struct exec_job *j)
 		j->outfd[0] = r->ours[1];
 		j->outfd[1] = r->ours[2];
 		j->cg = r->cg;
-		r->cg = (struct exec_cgroup){ .procs = -1, .kill = -1,
-		                              .events = -1 };
+		r->cg = EXEC_CGROUP_NONE;
 		r->pid = 0;
 		r->pidfd = -1;
 		r->ours[0] = r->ours[1] = r->ours[2] = -1;
@@ -582,7 +581,7 @@ static bool exec_reap(rok_cx *cx, struct exec_job *j)
 		return false;
 	/* The leader is a zombie: the group id cannot be reused yet. */
 	(void)kill(-j->pid, SIGKILL);
-	exec_cgroup_kill(&j->cg);
+	exec_cgroup_kill_left(&j->cg);
 	bool was = cx->releasing;
 	cx->releasing = true;
 	(void)rok_readable(cx, &j->io_pid, j->pidfd);   /* unlinks it */

@@ -71,11 +71,20 @@ void exec_user_done(struct exec_user *u);
 
 /* One task's cgroup; the fds -1 when there is none. */
 struct exec_cgroup {
+	int dir;                    /* its directory, for clone3 */
 	int procs;                  /* its cgroup.procs, for the child */
 	int kill;                   /* its cgroup.kill */
 	int events;                 /* its cgroup.events */
 	uint64_t n;                 /* its name: slot.<n> */
+	/* cgroup.kill was written, ever.  Such a cgroup is reused, but a
+	 * child is not cloned into it (CLONE_INTO_CGROUP): the kernels with
+	 * cgroup.kill's kill_seq (6.18 here) compare the new child's cgroup's
+	 * count with its parent's, and SIGKILL the child when they differ. */
+	bool killed;
 };
+
+#define EXEC_CGROUP_NONE \
+	((struct exec_cgroup){ .dir = -1, .procs = -1, .kill = -1, .events = -1 })
 
 /* Main thread, at exec_init: finds out whether rokd can make a cgroup per
  * task, and says which way it is. */
@@ -84,11 +93,16 @@ void exec_cgroup_init(void);
  * none): 0 or -errno.  Any thread. */
 int exec_cgroup_new(struct exec_cgroup *c);
 /* SIGKILL to every process in the cgroup (cgroup.kill).  Any thread. */
-void exec_cgroup_kill(const struct exec_cgroup *c);
+void exec_cgroup_kill(struct exec_cgroup *c);
+/* The same, when a process is left in it (a task's leader reaped): an
+ * empty cgroup stays unkilled, for CLONE_INTO_CGROUP.  Any thread. */
+void exec_cgroup_kill_left(struct exec_cgroup *c);
 /* Gives the cgroup back: kept for the next task if it is empty and not
  * frozen, else its fds closed and it removed (now, or once it is empty).
  * Any thread; nothing for a cgroup-less c (n 0). */
 void exec_cgroup_done(struct exec_cgroup *c);
+/* Closes and removes the cgroup, empty or not (once it is empty). */
+void exec_cgroup_drop(struct exec_cgroup *c);
 
 /* ---- exec-spawn.c ----------------------------------------------------- */
 

@@ -3,31 +3,31 @@
  * from the task's own worker, or on a few spawner threads.
  *
  * glibc's posix_spawn cannot change uids or groups, so children start with
- * clone(CLONE_VM), plus CLONE_PIDFD (below), on a stack of rokd's.  The
- * child shares rokd's memory until it execs, and rokd has other threads
- * running, so the child makes raw system calls only (exec_sys): no malloc,
- * no locks, no glibc function that touches process-wide state or the
- * calling thread's (errno).  In particular setgroups/setresgid/setresuid
- * are the system calls and not the glibc functions, which broadcast the
- * change to every thread of the process (they would reach rokd's threads
- * through the shared memory).  Signal dispositions and the mask go through
- * the raw rt_sig* calls too, and the child leaves with exit_group, not
- * _exit (which sanitizers intercept); the child's functions are not
- * instrumented by the sanitizers (EXEC_CHILD), whose state is the
- * parent thread's.
+ * clone3 (or clone, below) with CLONE_VM and CLONE_PIDFD, on a stack of
+ * rokd's.  The child shares rokd's memory until it execs, and rokd has
+ * other threads running, so the child makes raw system calls only
+ * (exec_sys): no malloc, no locks, no glibc function that touches
+ * process-wide state or the calling thread's (errno).  In particular
+ * setgroups/setresgid/setresuid are the system calls and not the glibc
+ * functions, which broadcast the change to every thread of the process
+ * (they would reach rokd's threads through the shared memory).  Signal
+ * dispositions and the mask go through the raw rt_sig* calls too, and the
+ * child leaves with exit_group, not _exit (which sanitizers intercept);
+ * the child's functions are not instrumented by the sanitizers
+ * (EXEC_CHILD), whose state is the parent thread's.
  *
  * The parent thread runs with every signal blocked (workers and spawners
  * alike), so no handler runs in the child on rokd's memory; the child
  * resets every disposition that is not the default (SIGPIPE, which rokd
  * ignores; sanitizer handlers) and unblocks everything just before execve.
- * Order in the child: give up if the task did, reset signals, a session
- * of its own (setsid: the child leads a new session and process group and
- * has no controlling terminal, so it cannot push input into rokd's
- * terminal with TIOCSTI, and as a session leader it cannot move itself to
- * another group and out of reach of the group's signals), its cgroup
- * (exec-cgroup.c, where there is one), the three fds, close everything
- * else (every rokd fd is close-on-exec anyway: close_range is a
- * backstop), the resource limits rokd was started with
+ * Order in the child: give up if the task did, reset signals, a session of
+ * its own (setsid: the child leads a new session and process group and has
+ * no controlling terminal, so it cannot push input into rokd's terminal
+ * with TIOCSTI, and as a session leader it cannot move itself to another
+ * group and out of reach of the group's signals), its cgroup
+ * (exec-cgroup.c, where there is one and clone3 did not put it there), the
+ * three fds, close everything else (every rokd fd is close-on-exec anyway:
+ * close_range is a backstop), the resource limits rokd was started with
  * (exec_limits_save: rokd raises RLIMIT_NOFILE for itself, its tasks get
  * what they would have had), drop to the submitter (setgroups, setresgid,
  * setresuid, then a new session keyring, so that no user's task shares
@@ -86,6 +86,8 @@
  * start and that cancel and timeout kill it.  Unset, nothing changes.
  * ROKD_TEST_EXEC_SPAWNERS=1, another: every child is started by a spawner
  * thread, so that tests/exec.test can show what their queue does.
+ * ROKD_TEST_EXEC_CLONE3=0: children start with clone, not clone3, so that
+ * tests/exec.test covers the way rokd starts them where it has no clone3.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -106,6 +108,7 @@
 #include <unistd.h>
 
 #include <linux/keyctl.h>
+#include <linux/sched.h>
 
 #include "exec.h"
 #include "rokd.h"
@@ -148,6 +151,52 @@ extern int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
 #define exec_clone clone
 #endif
 
+/*
+ * clone3, for CLONE_INTO_CGROUP: the kernel puts the child into its task's
+ * cgroup as it makes it.  The other way, the child's write to cgroup.procs,
+ * takes cgroup_threadgroup_rwsem for writing (every fork and exit on the
+ * machine waits while it is held) and cost each child 20-45 us of CPU
+ * (a vfork + exec `true` loop with and without the write), 1.5-3 % of a
+ * short command.  glibc 2.36 has no clone3 wrapper that runs a function
+ * on a new stack, as clone does, so here is one, for x86-64:
+ * rokd_clone3(args, size, fn, arg) returns the child's pid or -errno; the
+ * child, on the top of args->stack, calls fn(arg) and exits with what it
+ * returns.  fn and arg ride in r8 and r9, which the syscall keeps and the
+ * child inherits; rbp is cleared to end a debugger's backtrace there.
+ * Elsewhere, and where a seccomp filter or an old kernel says ENOSYS
+ * (noted once, for every later start), children start with glibc's clone
+ * and join their cgroup themselves.
+ */
+#if defined(__x86_64__) && !defined(__ILP32__)
+#define EXEC_CLONE3 1
+#define EXEC_STR_(x) #x
+#define EXEC_STR(x) EXEC_STR_(x)
+long rokd_clone3(struct clone_args *args, size_t size, int (*fn)(void *),
+                 void *arg);
+__asm__(".pushsection .text\n"
+        ".globl rokd_clone3\n"
+        ".hidden rokd_clone3\n"
+        ".type rokd_clone3, @function\n"
+        ".p2align 4\n"
+        "rokd_clone3:\n"
+        "	mov %rdx, %r8\n"
+        "	mov %rcx, %r9\n"
+        "	mov $" EXEC_STR(SYS_clone3) ", %eax\n"
+        "	syscall\n"
+        "	test %rax, %rax\n"
+        "	jz 1f\n"
+        "	ret\n"
+        "1:	xor %ebp, %ebp\n"
+        "	mov %r9, %rdi\n"
+        "	call *%r8\n"
+        "	mov %eax, %edi\n"
+        "	mov $" EXEC_STR(SYS_exit_group) ", %eax\n"
+        "	syscall\n"
+        "	hlt\n"
+        ".size rokd_clone3, .-rokd_clone3\n"
+        ".popsection\n");
+#endif
+
 /* The kernel's struct rlimit64, for the raw prlimit64 call. */
 struct exec_rlim {
 	uint64_t cur, max;
@@ -183,6 +232,12 @@ static struct {
 	cpu_set_t cpus;
 	char *stall;                    /* ROKD_TEST_EXEC_STALL */
 	bool spawners_only;             /* ROKD_TEST_EXEC_SPAWNERS=1 */
+	/* clone3 not to be tried: the kernel refused it (ENOSYS), or
+	 * ROKD_TEST_EXEC_CLONE3=0.  Relaxed: a start that reads it late
+	 * tries clone3, is refused, and falls back on its own. */
+	atomic_bool no_clone3;
+	/* clone3 puts children into their cgroup (exec_clone3_probe). */
+	bool into_cgroup;
 	int64_t tick_ns;                /* one clock tick; 0: not known */
 	pid_t self;                     /* rokd's: set after daemonizing */
 } spawn = {
@@ -272,6 +327,64 @@ static void exec_spawn_grow_locked(void)
 		          spawn.threads + 1);
 }
 
+#ifdef EXEC_CLONE3
+EXEC_CHILD static int exec_probe_child(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+/*
+ * Whether a child that clone3 puts into a cgroup of rokd's lives: the
+ * kernels with cgroup.kill's kill_seq SIGKILL it when its parent's cgroup
+ * was ever killed (a unit's cgroup that systemd killed at a stop and kept),
+ * as they do in a killed cgroup of rokd's (exec_cgroup.killed).  One
+ * child, `return 0` on a stack here, in a new cgroup of rokd's, removed
+ * after (the pool is for tasks' cgroups).  A refusal (ENOSYS: a seccomp
+ * filter, an old kernel) is noted for every start.
+ */
+static void exec_clone3_probe(void)
+{
+	static char stack[4096] __attribute__((aligned(16)));
+	struct exec_cgroup c;
+
+	if (atomic_load_explicit(&spawn.no_clone3, memory_order_relaxed) ||
+	    exec_cgroup_new(&c) != 0)
+		return;
+	if (c.dir < 0)
+		return;   /* no cgroups here */
+	struct clone_args a = {
+		.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP,
+		.exit_signal = SIGCHLD,
+		.stack = (uintptr_t)stack,
+		.stack_size = sizeof(stack),
+		.cgroup = (unsigned)c.dir,
+	};
+	long pid = rokd_clone3(&a, sizeof(a), exec_probe_child, NULL);
+	siginfo_t si = { 0 };
+	if (pid < 0) {
+		/* glibc's clone for every start: the way known to work. */
+		atomic_store_explicit(&spawn.no_clone3, true,
+		                      memory_order_relaxed);
+		log_info("exec: no clone3 here (%s): children join their "
+		         "cgroup themselves", strerror((int)-pid));
+	} else if (waitid(P_PID, (id_t)pid, &si, WEXITED) != 0) {
+		log_errno(errno, "exec: waitid");
+	} else if (si.si_code == CLD_EXITED && si.si_status == 0) {
+		spawn.into_cgroup = true;
+	} else {
+		log_info("exec: a child that clone3 puts into a cgroup is "
+		         "killed here (rokd's cgroup was killed once): "
+		         "children join their cgroup themselves");
+	}
+	exec_cgroup_drop(&c);
+}
+#else
+static void exec_clone3_probe(void)
+{
+}
+#endif
+
 int exec_spawn_init(void)
 {
 	int err;
@@ -306,6 +419,13 @@ int exec_spawn_init(void)
 	                ? 1000000000 / hz : 0;
 	const char *only = getenv("ROKD_TEST_EXEC_SPAWNERS");
 	spawn.spawners_only = only != NULL && strcmp(only, "1") == 0;
+	const char *c3 = getenv("ROKD_TEST_EXEC_CLONE3");
+	bool no_c3 = c3 != NULL && strcmp(c3, "0") == 0;
+	atomic_init(&spawn.no_clone3, no_c3);
+	if (no_c3)
+		log_info("exec: ROKD_TEST_EXEC_CLONE3=0: children start with "
+		         "clone");
+	exec_clone3_probe();
 	const char *stall = getenv("ROKD_TEST_EXEC_STALL");
 	if (stall != NULL && stall[0] == '/' &&
 	    (spawn.stall = strdup(stall)) == NULL)
@@ -909,7 +1029,45 @@ static void exec_req_explain(struct exec_req *r, const char *step, int err)
 }
 
 /*
- * Starts r's child on `stack` (its top) with clone `flags` besides
+ * clone3 or clone (see rokd_clone3) with `flags` besides CLONE_VM,
+ * CLONE_PIDFD and SIGCHLD: the child's pid, or -errno.
+ */
+static pid_t exec_spawn_fork(struct exec_req *r, char *stack, size_t size,
+                             int flags)
+{
+#ifdef EXEC_CLONE3
+	if (!atomic_load_explicit(&spawn.no_clone3, memory_order_relaxed)) {
+		struct clone_args a = {
+			.flags = CLONE_VM | CLONE_PIDFD | (unsigned)flags,
+			.pidfd = (uintptr_t)&r->pidfd,
+			.exit_signal = SIGCHLD,
+			.stack = (uintptr_t)stack,
+			.stack_size = size,
+		};
+		r->s.cgroup = r->cg.procs;
+		if (r->cg.dir >= 0 && !r->cg.killed && spawn.into_cgroup) {
+			a.flags |= CLONE_INTO_CGROUP;
+			a.cgroup = (unsigned)r->cg.dir;
+			r->s.cgroup = -1;
+		}
+		long pid = rokd_clone3(&a, sizeof(a), exec_child_main, r);
+		if (pid != -ENOSYS)
+			return (pid_t)pid;
+		if (!atomic_exchange_explicit(&spawn.no_clone3, true,
+		                              memory_order_relaxed))
+			log_info("exec: no clone3 here: children join their "
+			         "cgroup themselves");
+	}
+#endif
+	r->s.cgroup = r->cg.procs;
+	pid_t pid = exec_clone(exec_child_main, stack + size,
+	                       CLONE_VM | CLONE_PIDFD | SIGCHLD | flags, r,
+	                       &r->pidfd);
+	return pid < 0 ? -errno : pid;
+}
+
+/*
+ * Starts r's child on `stack` (`size` bytes) with clone `flags` besides
  * CLONE_VM, CLONE_PIDFD and SIGCHLD, in a cgroup of its own where there
  * are such (taken here, as the pipes are, so that a queued start holds no
  * fd).  The child's pid, or -1 with *step and *err saying why not.
@@ -922,8 +1080,8 @@ static void exec_req_explain(struct exec_req *r, const char *step, int err)
  * read /proc/<pid>/stat, whose open and read cost rokd as much CPU time
  * as the clone itself (perf record, rokd running `true`).
  */
-static pid_t exec_spawn_clone(struct exec_req *r, void *stack, int flags,
-                              const char **step, int *err)
+static pid_t exec_spawn_clone(struct exec_req *r, void *stack, size_t size,
+                              int flags, const char **step, int *err)
 {
 	/* Given up on already (a stop cancels every start): nothing to take,
 	 * and at exit no cgroup to make under a directory being removed.
@@ -937,7 +1095,6 @@ static pid_t exec_spawn_clone(struct exec_req *r, void *stack, int flags,
 	if ((*err = -exec_cgroup_new(&r->cg)) != 0)
 		return -1;
 	*step = "pipe";
-	r->s.cgroup = r->cg.procs;
 	if ((*err = exec_spawn_pipes(r)) != 0)
 		return -1;
 
@@ -946,10 +1103,8 @@ static pid_t exec_spawn_clone(struct exec_req *r, void *stack, int flags,
 
 	*step = "clone";
 	/* r->pidfd is -1 (exec_start) until the kernel stores the child's. */
-	pid_t pid = exec_clone(exec_child_main, stack,
-	                       CLONE_VM | CLONE_PIDFD | SIGCHLD | flags, r,
-	                       &r->pidfd);
-	*err = pid < 0 ? errno : 0;
+	pid_t pid = exec_spawn_fork(r, stack, size, flags);
+	*err = pid < 0 ? -pid : 0;
 	/* A clone that fails after the kernel stored the pidfd's number
 	 * (cgroup_can_fork refusing, a fatal signal) frees the number: it is
 	 * not ours, and closing it would close whatever file another thread
@@ -968,7 +1123,8 @@ static void exec_spawner_run(struct exec_req *r, void *stack)
 {
 	const char *step;
 	int err;
-	pid_t pid = exec_spawn_clone(r, stack, CLONE_VFORK, &step, &err);
+	pid_t pid = exec_spawn_clone(r, stack, SPAWN_STACK, CLONE_VFORK, &step,
+	                             &err);
 
 	pthread_mutex_lock(&spawn.lock);
 	r->state = SPAWN_DONE;   /* exec_spawn_kill leaves the pidfd alone */
@@ -1015,8 +1171,8 @@ static void exec_spawn_direct(struct exec_req *r)
 	r->direct = true;
 	r->state = SPAWN_DONE;   /* never queued: exec_spawn_kill only flags */
 	if ((r->stack = malloc(EXEC_DIRECT_STACK)) != NULL)
-		pid = exec_spawn_clone(r, (char *)r->stack + EXEC_DIRECT_STACK,
-		                       0, &step, &err);
+		pid = exec_spawn_clone(r, r->stack, EXEC_DIRECT_STACK, 0,
+		                       &step, &err);
 	if (pid > 0) {
 		r->pid = pid;
 		exec_req_close_child(r);
@@ -1041,7 +1197,7 @@ static void *exec_spawner_main(void *arg)
 {
 	unsigned me = (unsigned)(uintptr_t)arg;
 	/* Written before this thread was created. */
-	void *stack = (char *)spawn.stack[me] + SPAWN_STACK;
+	void *stack = spawn.stack[me];
 
 	(void)pthread_setname_np(pthread_self(), "rokd-spawner");
 	pthread_mutex_lock(&spawn.lock);

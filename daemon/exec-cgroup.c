@@ -8,19 +8,22 @@
  * children and the kernel has cgroup.kill (5.14), each exec task's child
  * joins a cgroup of its own, <rokd's cgroup>/rokd.<rokd's pid>/slot.<n>:
  * the kernel puts it there as clone3 makes it (CLONE_INTO_CGROUP, with the
- * directory fd opened here), or, where rokd has no clone3, the child
- * writes "0" to the cgroup.procs fd opened here before it drops its
- * credentials (exec-spawn.c).  Whenever the task kills its process group
- * with SIGKILL, it also writes "1" to the cgroup's cgroup.kill.  Elsewhere (cgroup v1
- * only, a non-delegated cgroup, an older kernel) this file does nothing and
- * says so once at start; tasks are then held by their process group alone.
+ * directory fd opened here), or, where rokd cannot use that (no clone3, or
+ * the kernel kills such children: exec-spawn.c), the child writes "0" to
+ * the cgroup.procs fd opened here before it drops its credentials.
+ * Whenever the task kills its process group with SIGKILL, and when its
+ * leader is reaped with a process left in the cgroup, rokd writes "1" to
+ * the cgroup's cgroup.kill.  Elsewhere (cgroup v1 only, a non-delegated
+ * cgroup, an older kernel) this file does nothing and says so once at
+ * start; tasks are then held by their process group alone.
  *
  * Making and removing a cgroup (mkdir and rmdir, each of which creates or
  * destroys a directory of control files in the kernel) cost more than
- * starting `true` does, so cgroups are reused: one whose task ended and
- * that is empty (its cgroup.events says "populated 0") goes to a pool of
- * up to CGROUP_POOL, kept open, and the next start takes it from there (a
- * spawner thread, just before the clone: a queued start holds none).  A
+ * starting `true` does, so cgroups are reused: one whose task ended, that
+ * was never killed (exec_cgroup.killed) and that is empty (its
+ * cgroup.events says "populated 0") goes to a pool of up to CGROUP_POOL,
+ * kept open, and the next start takes it from there (a spawner thread,
+ * just before the clone: a queued start holds none).  A
  * cgroup is one task's at a time and empty when a task gets it, which is
  * all a task needs of it.  cgroup2 cannot rename, hence slot.<n> names
  * rather than task ids.
@@ -474,7 +477,7 @@ void exec_cgroup_done(struct exec_cgroup *c)
 	 * would start frozen.  (Such a task can write any task's cgroup
 	 * files, and move a process into any task's cgroup, to die with
 	 * that task: rokd's own user is trusted.) */
-	exec_cgroup_put(c, c->procs >= 0 && c->kill >= 0 &&
+	exec_cgroup_put(c, c->procs >= 0 && c->kill >= 0 && !c->killed &&
 	                   exec_cgroup_empty(c));
 }
 

@@ -162,7 +162,8 @@ extern int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
  * rokd_clone3(args, size, fn, arg) returns the child's pid or -errno; the
  * child, on the top of args->stack, calls fn(arg) and exits with what it
  * returns.  fn and arg ride in r8 and r9, which the syscall keeps and the
- * child inherits; rbp is cleared to end a debugger's backtrace there.
+ * child inherits; the child aligns its stack, as glibc's clone does, and
+ * clears rbp and marks rip undefined to end a backtrace there.
  * Elsewhere, and where a seccomp filter or an old kernel says ENOSYS
  * (noted once, for every later start), children start with glibc's clone
  * and join their cgroup themselves.
@@ -171,6 +172,12 @@ extern int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
 #define EXEC_CLONE3 1
 #define EXEC_STR_(x) #x
 #define EXEC_STR(x) EXEC_STR_(x)
+#ifdef __CET__
+#define EXEC_ENDBR "	endbr64\n"
+#else
+#define EXEC_ENDBR ""
+#endif
+__attribute__((visibility("hidden")))
 long rokd_clone3(struct clone_args *args, size_t size, int (*fn)(void *),
                  void *arg);
 __asm__(".pushsection .text\n"
@@ -179,6 +186,8 @@ __asm__(".pushsection .text\n"
         ".type rokd_clone3, @function\n"
         ".p2align 4\n"
         "rokd_clone3:\n"
+        "	.cfi_startproc\n"
+        EXEC_ENDBR
         "	mov %rdx, %r8\n"
         "	mov %rcx, %r9\n"
         "	mov $" EXEC_STR(SYS_clone3) ", %eax\n"
@@ -186,13 +195,16 @@ __asm__(".pushsection .text\n"
         "	test %rax, %rax\n"
         "	jz 1f\n"
         "	ret\n"
-        "1:	xor %ebp, %ebp\n"
+        "1:	.cfi_undefined %rip\n"
+        "	xor %ebp, %ebp\n"
+        "	and $-16, %rsp\n"
         "	mov %r9, %rdi\n"
         "	call *%r8\n"
         "	mov %eax, %edi\n"
         "	mov $" EXEC_STR(SYS_exit_group) ", %eax\n"
         "	syscall\n"
         "	hlt\n"
+        "	.cfi_endproc\n"
         ".size rokd_clone3, .-rokd_clone3\n"
         ".popsection\n");
 #endif
@@ -362,13 +374,17 @@ static void exec_clone3_probe(void)
 	};
 	long pid = rokd_clone3(&a, sizeof(a), exec_probe_child, NULL);
 	siginfo_t si = { 0 };
+	int rc = 0;
+	while (pid > 0 && (rc = waitid(P_PID, (id_t)pid, &si, WEXITED)) != 0 &&
+	       errno == EINTR)
+		;
 	if (pid < 0) {
 		/* glibc's clone for every start: the way known to work. */
 		atomic_store_explicit(&spawn.no_clone3, true,
 		                      memory_order_relaxed);
 		log_info("exec: no clone3 here (%s): children join their "
 		         "cgroup themselves", strerror((int)-pid));
-	} else if (waitid(P_PID, (id_t)pid, &si, WEXITED) != 0) {
+	} else if (rc != 0) {
 		log_errno(errno, "exec: waitid");
 	} else if (si.si_code == CLD_EXITED && si.si_status == 0) {
 		spawn.into_cgroup = true;
@@ -1011,11 +1027,33 @@ static int exec_spawn_pipes(struct exec_req *r)
 }
 
 /* r->reason: why the start failed at `step` with errno err. */
+/* A child's "step" when it was killed as it started (exec_req_born_dead). */
+#define EXEC_STEP_BORN_DEAD "killed as it started"
+
+/*
+ * Whether r's child, gone now, died before its first instruction while
+ * nobody of rokd's was killing it: the kernel killed it as it cloned it
+ * into a cgroup killed from outside rokd (kill_seq, see rokd_clone3).
+ * Then `cg` (its cgroup, wherever it is by now) is marked killed, so that
+ * no other task gets it.
+ */
+static bool exec_req_born_dead(struct exec_req *r, struct exec_cgroup *cg)
+{
+	if (__atomic_load_n(&r->ran, __ATOMIC_SEQ_CST) ||
+	    __atomic_load_n(&r->kill, __ATOMIC_SEQ_CST))
+		return false;
+	cg->killed = true;
+	return true;
+}
+
 static void exec_req_explain(struct exec_req *r, const char *step, int err)
 {
 	const char *what = strerror(err);
 
-	if (strcmp(step, "cancelled") == 0)
+	if (strcmp(step, EXEC_STEP_BORN_DEAD) == 0)
+		snprintf(r->reason, sizeof(r->reason), "killed as it started: "
+		         "its cgroup had been killed from outside rokd");
+	else if (strcmp(step, "cancelled") == 0)
 		snprintf(r->reason, sizeof(r->reason), "cancelled before it "
 		         "started");
 	else if (strcmp(step, "exec") == 0)
@@ -1045,18 +1083,22 @@ static pid_t exec_spawn_fork(struct exec_req *r, char *stack, size_t size,
 			.stack_size = size,
 		};
 		r->s.cgroup = r->cg.procs;
-		if (r->cg.dir >= 0 && !r->cg.killed && spawn.into_cgroup) {
+		if (r->cg.dir >= 0 && spawn.into_cgroup) {
 			a.flags |= CLONE_INTO_CGROUP;
 			a.cgroup = (unsigned)r->cg.dir;
 			r->s.cgroup = -1;
 		}
 		long pid = rokd_clone3(&a, sizeof(a), exec_child_main, r);
-		if (pid != -ENOSYS)
+		/* EPERM too where nothing but a system call filter refuses
+		 * (one older than clone3 that says EPERM, not ENOSYS). */
+		if (pid != -ENOSYS &&
+		    (pid != -EPERM || (a.flags & CLONE_INTO_CGROUP)))
 			return (pid_t)pid;
 		if (!atomic_exchange_explicit(&spawn.no_clone3, true,
 		                              memory_order_relaxed))
-			log_info("exec: no clone3 here: children join their "
-			         "cgroup themselves");
+			log_info("exec: clone3 refused (%s): children start with "
+			         "clone and join their cgroup themselves",
+			         strerror((int)-pid));
 	}
 #endif
 	r->s.cgroup = r->cg.procs;
@@ -1129,11 +1171,15 @@ static void exec_spawner_run(struct exec_req *r, void *stack)
 	pthread_mutex_lock(&spawn.lock);
 	r->state = SPAWN_DONE;   /* exec_spawn_kill leaves the pidfd alone */
 	pthread_mutex_unlock(&spawn.lock);
-	if (pid > 0 && r->fail.step != NULL) {
+	/* (CLONE_VFORK: the child has exec'd or is gone.) */
+	bool gone = pid > 0 && (r->fail.step != NULL ||
+	                        exec_req_born_dead(r, &r->cg));
+	if (gone) {
 		/* It exited before exec: reap it here, it is ours alone. */
 		exec_kill_reap_close(pid, r->pidfd, "exec");
 		r->pidfd = -1;
-		step = r->fail.step;
+		step = r->fail.step != NULL ? r->fail.step
+		                            : EXEC_STEP_BORN_DEAD;
 		err = r->fail.err;
 	} else if (pid > 0) {
 		/* Started (or killed on its way by exec_spawn_kill: the task
@@ -1184,12 +1230,17 @@ static void exec_spawn_direct(struct exec_req *r)
 }
 #endif
 
-bool exec_req_reaped(struct exec_req *r)
+bool exec_req_reaped(struct exec_req *r, struct exec_cgroup *cg)
 {
 	/* The child is gone: what it stored before exit_group is seen. */
-	if (!r->direct || r->fail.step == NULL)
+	if (!r->direct)
 		return false;
-	exec_req_explain(r, r->fail.step, r->fail.err);
+	if (r->fail.step != NULL)
+		exec_req_explain(r, r->fail.step, r->fail.err);
+	else if (exec_req_born_dead(r, cg))
+		exec_req_explain(r, EXEC_STEP_BORN_DEAD, 0);
+	else
+		return false;
 	return true;
 }
 

@@ -389,7 +389,7 @@ static void exec_launch_done(struct exec_job *j)
 {
 	if (j->launch == NULL)
 		return;
-	if (exec_req_reaped(j->launch) && j->end_how == RT_SUCCEEDED)
+	if (exec_req_reaped(j->launch, &j->cg) && j->end_how == RT_SUCCEEDED)
 		exec_fail(j, "%s", j->launch->reason);
 	exec_req_free(j->launch, false);
 	j->launch = NULL;
@@ -730,6 +730,11 @@ static rok_poll exec_poll(rok_cx *cx, void *frame)
 			j->pidfd = -1;
 		}
 		exec_out_done(&j->out);
+		/* A leader ended by SIGKILL may have been killed through its
+		 * cgroup by someone else than rokd (the task itself, as root). */
+		if (j->reaped && j->si.si_code == CLD_KILLED &&
+		    j->si.si_status == SIGKILL)
+			j->cg.killed = true;
 		/* Empty by now, unless killed processes are still exiting. */
 		exec_cgroup_done(&j->cg);
 	}

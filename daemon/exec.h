@@ -76,10 +76,12 @@ struct exec_cgroup {
 	int kill;                   /* its cgroup.kill */
 	int events;                 /* its cgroup.events */
 	uint64_t n;                 /* its name: slot.<n> */
-	/* cgroup.kill was written, ever.  Such a cgroup is reused, but a
-	 * child is not cloned into it (CLONE_INTO_CGROUP): the kernels with
-	 * cgroup.kill's kill_seq (6.18 here) compare the new child's cgroup's
-	 * count with its parent's, and SIGKILL the child when they differ. */
+	/* cgroup.kill was written, by rokd or (as far as rokd can tell:
+	 * a leader ended by SIGKILL, a child killed as it started) by
+	 * someone else.  Such a cgroup is not kept for another task: the
+	 * kernels with cgroup.kill's kill_seq (6.18 here) compare a new
+	 * child's cgroup's count of kills with its parent's, and SIGKILL a
+	 * child cloned into it (CLONE_INTO_CGROUP) when they differ. */
 	bool killed;
 };
 
@@ -118,7 +120,7 @@ struct exec_start {
 	char **sh_argv;
 	const char *cwd;            /* NULL: rokd's */
 	int fds[3];                 /* become the child's 0, 1, 2 */
-	int cgroup;                 /* cgroup.procs to join; -1: none */
+	int cgroup;   /* cgroup.procs to join; -1: none, or clone3 put it */
 	int nice;                   /* added to the child's nice; 0: none */
 	bool change_creds;
 	uid_t uid;
@@ -201,10 +203,11 @@ struct exec_req {
 void exec_spawn_submit(struct exec_req *r);
 /*
  * A direct start's child was reaped (or killed): true if it had failed a
- * step before execve, with the reason in r->reason (the task failed to
- * start, as one a spawner answers with that reason does).
+ * step before execve, or was killed as it started (then `cg`, its
+ * cgroup's, is marked killed), with the reason in r->reason (the task
+ * failed to start, as one a spawner answers with that reason does).
  */
-bool exec_req_reaped(struct exec_req *r);
+bool exec_req_reaped(struct exec_req *r, struct exec_cgroup *cg);
 /*
  * The task gives up on r's start (timeout, cancel): a child not yet up
  * never starts, one on its way (stuck in chdir or execve, say) gets

@@ -1026,26 +1026,27 @@ static int exec_spawn_pipes(struct exec_req *r)
 	return 0;
 }
 
-/* r->reason: why the start failed at `step` with errno err. */
 /* A child's "step" when it was killed as it started (exec_req_born_dead). */
 #define EXEC_STEP_BORN_DEAD "killed as it started"
 
 /*
- * Whether r's child, gone now, died before its first instruction while
- * nobody of rokd's was killing it: the kernel killed it as it cloned it
- * into a cgroup killed from outside rokd (kill_seq, see rokd_clone3).
+ * Whether r's child, cloned into its cgroup and gone now, died before its
+ * first instruction while nobody of rokd's was killing it: the kernel
+ * killed it as it cloned it into a cgroup killed from outside rokd
+ * (kill_seq, see rokd_clone3).
  * Then `cg` (its cgroup, wherever it is by now) is marked killed, so that
  * no other task gets it.
  */
 static bool exec_req_born_dead(struct exec_req *r, struct exec_cgroup *cg)
 {
-	if (__atomic_load_n(&r->ran, __ATOMIC_SEQ_CST) ||
+	if (!r->into || __atomic_load_n(&r->ran, __ATOMIC_SEQ_CST) ||
 	    __atomic_load_n(&r->kill, __ATOMIC_SEQ_CST))
 		return false;
 	cg->killed = true;
 	return true;
 }
 
+/* r->reason: why the start failed at `step` with errno err. */
 static void exec_req_explain(struct exec_req *r, const char *step, int err)
 {
 	const char *what = strerror(err);
@@ -1082,17 +1083,16 @@ static pid_t exec_spawn_fork(struct exec_req *r, char *stack, size_t size,
 			.stack = (uintptr_t)stack,
 			.stack_size = size,
 		};
-		r->s.cgroup = r->cg.procs;
-		if (r->cg.dir >= 0 && spawn.into_cgroup) {
+		r->into = r->cg.dir >= 0 && spawn.into_cgroup;
+		r->s.cgroup = r->into ? -1 : r->cg.procs;
+		if (r->into) {
 			a.flags |= CLONE_INTO_CGROUP;
 			a.cgroup = (unsigned)r->cg.dir;
-			r->s.cgroup = -1;
 		}
 		long pid = rokd_clone3(&a, sizeof(a), exec_child_main, r);
 		/* EPERM too where nothing but a system call filter refuses
 		 * (one older than clone3 that says EPERM, not ENOSYS). */
-		if (pid != -ENOSYS &&
-		    (pid != -EPERM || (a.flags & CLONE_INTO_CGROUP)))
+		if (pid != -ENOSYS && (pid != -EPERM || r->into))
 			return (pid_t)pid;
 		if (!atomic_exchange_explicit(&spawn.no_clone3, true,
 		                              memory_order_relaxed))
@@ -1101,6 +1101,7 @@ static pid_t exec_spawn_fork(struct exec_req *r, char *stack, size_t size,
 			         strerror((int)-pid));
 	}
 #endif
+	r->into = false;
 	r->s.cgroup = r->cg.procs;
 	pid_t pid = exec_clone(exec_child_main, stack + size,
 	                       CLONE_VM | CLONE_PIDFD | SIGCHLD | flags, r,

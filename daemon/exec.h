@@ -99,8 +99,9 @@ void exec_cgroup_kill(struct exec_cgroup *c);
 /* The same, when a process is left in it (a task's leader reaped): an
  * empty cgroup stays unkilled, for CLONE_INTO_CGROUP.  Any thread. */
 void exec_cgroup_kill_left(struct exec_cgroup *c);
-/* Gives the cgroup back: kept for the next task if it is empty and not
- * frozen, else its fds closed and it removed (now, or once it is empty).
+/* Gives the cgroup back: kept for the next task if it is empty, not
+ * frozen and never killed, else its fds closed and it removed (now, or
+ * once it is empty).
  * Any thread; nothing for a cgroup-less c (n 0). */
 void exec_cgroup_done(struct exec_cgroup *c);
 /* Closes and removes the cgroup, empty or not (once it is empty). */
@@ -189,6 +190,7 @@ struct exec_req {
 	char reason[160];           /* why not started, for people */
 	struct exec_fail fail;      /* the child's; step NULL: none failed */
 	bool direct;                /* started by the task's worker */
+	bool into;                  /* cloned into its cgroup (clone3) */
 	void *stack;                /* a direct start's child's, malloc'd */
 	struct exec_req *next;
 };

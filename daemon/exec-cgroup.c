@@ -481,6 +481,17 @@ void exec_cgroup_done(struct exec_cgroup *c)
 	                   exec_cgroup_empty(c));
 }
 
+void exec_cgroup_flush(void)
+{
+	pthread_mutex_lock(&cg.lock);
+	while (cg.npool > 0) {
+		struct exec_cgroup *c = &cg.pool[--cg.npool];
+		exec_cgroup_close(c);
+		exec_cgroup_rmdir_locked(c->n);
+	}
+	pthread_mutex_unlock(&cg.lock);
+}
+
 void exec_cgroup_drop(struct exec_cgroup *c)
 {
 	if (c->n != 0)

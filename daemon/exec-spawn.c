@@ -164,9 +164,10 @@ extern int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
  * returns.  fn and arg ride in r8 and r9, which the syscall keeps and the
  * child inherits; the child aligns its stack, as glibc's clone does, and
  * clears rbp and marks rip undefined to end a backtrace there.
- * Elsewhere, and where a seccomp filter or an old kernel says ENOSYS
- * (noted once, for every later start), children start with glibc's clone
- * and join their cgroup themselves.
+ * Elsewhere, and where a seccomp filter or an old kernel says ENOSYS (or
+ * EPERM, for a clone3 without CLONE_INTO_CGROUP; noted once, for every
+ * later start), children start with glibc's clone and join their cgroup
+ * themselves, as a spawner's do (exec_spawn_fork).
  */
 #if defined(__x86_64__) && !defined(__ILP32__)
 #define EXEC_CLONE3 1
@@ -352,8 +353,8 @@ EXEC_CHILD static int exec_probe_child(void *arg)
  * was ever killed (a unit's cgroup that systemd killed at a stop and kept),
  * as they do in a killed cgroup of rokd's (exec_cgroup.killed).  One
  * child, `return 0` on a stack here, in a new cgroup of rokd's, removed
- * after (the pool is for tasks' cgroups).  A refusal (ENOSYS: a seccomp
- * filter, an old kernel) is noted for every start.
+ * after (the pool is for tasks' cgroups).  A refusal (ENOSYS, EPERM: a
+ * seccomp filter, an old kernel) is noted for every start.
  */
 static void exec_clone3_probe(void)
 {
@@ -378,12 +379,15 @@ static void exec_clone3_probe(void)
 	while (pid > 0 && (rc = waitid(P_PID, (id_t)pid, &si, WEXITED)) != 0 &&
 	       errno == EINTR)
 		;
-	if (pid < 0) {
+	if (pid == -ENOSYS || pid == -EPERM) {
 		/* glibc's clone for every start: the way known to work. */
 		atomic_store_explicit(&spawn.no_clone3, true,
 		                      memory_order_relaxed);
 		log_info("exec: no clone3 here (%s): children join their "
 		         "cgroup themselves", strerror((int)-pid));
+	} else if (pid < 0) {
+		log_warnx("exec: clone3 into a cgroup: %s: children join their "
+		          "cgroup themselves", strerror((int)-pid));
 	} else if (rc != 0) {
 		log_errno(errno, "exec: waitid");
 	} else if (si.si_code == CLD_EXITED && si.si_status == 0) {
@@ -1030,19 +1034,21 @@ static int exec_spawn_pipes(struct exec_req *r)
 #define EXEC_STEP_BORN_DEAD "killed as it started"
 
 /*
- * Whether r's child, cloned into its cgroup and gone now, died before its
- * first instruction while nobody of rokd's was killing it: the kernel
- * killed it as it cloned it into a cgroup killed from outside rokd
- * (kill_seq, see rokd_clone3).
- * Then `cg` (its cgroup, wherever it is by now) is marked killed, so that
- * no other task gets it.
+ * Whether r's child, cloned into its cgroup and reaped now, died before
+ * its first instruction: the kernel killed it as it cloned it into a
+ * cgroup killed from outside rokd (kill_seq, see exec_clone3_probe), or
+ * rokd killed it on its way (a timeout, a cancel: that task ends so
+ * anyway, and its reason is not this).  Then `cg` (its cgroup, the task's
+ * by now) is marked killed, and the other kept cgroups are dropped: what
+ * killed this one (cgroup.kill on rokd's directory) may have killed them
+ * all.
  */
 static bool exec_req_born_dead(struct exec_req *r, struct exec_cgroup *cg)
 {
-	if (!r->into || __atomic_load_n(&r->ran, __ATOMIC_SEQ_CST) ||
-	    __atomic_load_n(&r->kill, __ATOMIC_SEQ_CST))
+	if (!r->into || __atomic_load_n(&r->ran, __ATOMIC_SEQ_CST))
 		return false;
 	cg->killed = true;
+	exec_cgroup_flush();
 	return true;
 }
 
@@ -1083,7 +1089,13 @@ static pid_t exec_spawn_fork(struct exec_req *r, char *stack, size_t size,
 			.stack = (uintptr_t)stack,
 			.stack_size = size,
 		};
-		r->into = r->cg.dir >= 0 && spawn.into_cgroup;
+		/* Not for a spawner's start (CLONE_VFORK): a child cloned
+		 * into a cgroup frozen meanwhile is frozen before its first
+		 * instruction, before `ran`, so exec_spawn_kill could not
+		 * end the spawner's wait.  A direct start's child is killed
+		 * through its pidfd like any running child. */
+		r->into = r->cg.dir >= 0 && spawn.into_cgroup &&
+		          !(flags & CLONE_VFORK);
 		r->s.cgroup = r->into ? -1 : r->cg.procs;
 		if (r->into) {
 			a.flags |= CLONE_INTO_CGROUP;
@@ -1172,15 +1184,11 @@ static void exec_spawner_run(struct exec_req *r, void *stack)
 	pthread_mutex_lock(&spawn.lock);
 	r->state = SPAWN_DONE;   /* exec_spawn_kill leaves the pidfd alone */
 	pthread_mutex_unlock(&spawn.lock);
-	/* (CLONE_VFORK: the child has exec'd or is gone.) */
-	bool gone = pid > 0 && (r->fail.step != NULL ||
-	                        exec_req_born_dead(r, &r->cg));
-	if (gone) {
+	if (pid > 0 && r->fail.step != NULL) {
 		/* It exited before exec: reap it here, it is ours alone. */
 		exec_kill_reap_close(pid, r->pidfd, "exec");
 		r->pidfd = -1;
-		step = r->fail.step != NULL ? r->fail.step
-		                            : EXEC_STEP_BORN_DEAD;
+		step = r->fail.step;
 		err = r->fail.err;
 	} else if (pid > 0) {
 		/* Started (or killed on its way by exec_spawn_kill: the task

@@ -79,9 +79,10 @@ struct exec_cgroup {
 	/* cgroup.kill was written, by rokd or (as far as rokd can tell:
 	 * a leader ended by SIGKILL, a child killed as it started) by
 	 * someone else.  Such a cgroup is not kept for another task: the
-	 * kernels with cgroup.kill's kill_seq (6.18 here) compare a new
-	 * child's cgroup's count of kills with its parent's, and SIGKILL a
-	 * child cloned into it (CLONE_INTO_CGROUP) when they differ. */
+	 * kernels that count cgroup.kill's kills (kill_seq; Linux 6.18 here)
+	 * compare a new child's cgroup's count with its parent's, and
+	 * SIGKILL a child cloned into it (CLONE_INTO_CGROUP) when they
+	 * differ. */
 	bool killed;
 };
 
@@ -106,6 +107,8 @@ void exec_cgroup_kill_left(struct exec_cgroup *c);
 void exec_cgroup_done(struct exec_cgroup *c);
 /* Closes and removes the cgroup, empty or not (once it is empty). */
 void exec_cgroup_drop(struct exec_cgroup *c);
+/* Removes every kept cgroup (one was found killed from outside rokd). */
+void exec_cgroup_flush(void);
 
 /* ---- exec-spawn.c ----------------------------------------------------- */
 

@@ -453,16 +453,21 @@ void exec_cgroup_kill_left(struct exec_cgroup *c)
 	exec_cgroup_kill(c);
 }
 
+/* Lock held: closes c's fds and removes it (now, or once it is empty). */
+static void exec_cgroup_remove_locked(struct exec_cgroup *c)
+{
+	exec_cgroup_close(c);
+	exec_cgroup_rmdir_locked(c->n);
+}
+
 /* c to the pool if `keep` and there is room, else closed and removed. */
 static void exec_cgroup_put(struct exec_cgroup *c, bool keep)
 {
 	pthread_mutex_lock(&cg.lock);
-	if (keep && cg.npool < CGROUP_POOL) {
+	if (keep && cg.npool < CGROUP_POOL)
 		cg.pool[cg.npool++] = *c;
-	} else {
-		exec_cgroup_close(c);
-		exec_cgroup_rmdir_locked(c->n);
-	}
+	else
+		exec_cgroup_remove_locked(c);
 	pthread_mutex_unlock(&cg.lock);
 	*c = EXEC_CGROUP_NONE;
 }
@@ -484,11 +489,8 @@ void exec_cgroup_done(struct exec_cgroup *c)
 void exec_cgroup_flush(void)
 {
 	pthread_mutex_lock(&cg.lock);
-	while (cg.npool > 0) {
-		struct exec_cgroup *c = &cg.pool[--cg.npool];
-		exec_cgroup_close(c);
-		exec_cgroup_rmdir_locked(c->n);
-	}
+	while (cg.npool > 0)
+		exec_cgroup_remove_locked(&cg.pool[--cg.npool]);
 	pthread_mutex_unlock(&cg.lock);
 }
 

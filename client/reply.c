@@ -356,6 +356,7 @@ static void reply_body(struct reply_box *b, const Rok__V1__Response *m)
 
 		r->type = ROK_REPLY_LOGS;
 		r->end = l->end;
+		r->run = l->run;
 		for (size_t i = 0; ch != NULL && i < n; i++) {
 			ch[i].stream = (int)l->chunks[i]->stream;
 			ch[i].data = reply_bytes(b, l->chunks[i]->data);

@@ -5,7 +5,11 @@
  *
  * One logs request, answered by a stream of replies that the daemon pushes
  * as the task writes (rok.proto, LogsRequest): each reply's chunks are
- * written at once, and the last reply (end) carries the task.  With -f the
+ * written at once, and the last reply (end) carries the task.  When a
+ * task run again after a failure starts its output afresh, the reply that
+ * begins the new run's output says so (run), and a line on our standard
+ * error marks where it begins: the output itself stays as the task wrote
+ * it.  With -f the
  * stream lasts until the task has ended, so there is no client timeout.
  * With --json, the output itself is not printed: one JSON object for the
  * task at the end, as `status` prints it.
@@ -24,8 +28,13 @@ static const struct rokctl_opt logs_opts[] = {
 };
 
 /* Writes one reply's chunks; an exit status. */
-static int logs_write(struct rokctl *ctx, const rok_reply *r)
+static int logs_write(struct rokctl *ctx, uint64_t id, const rok_reply *r)
 {
+	if (r->run > 0 && (fprintf(stderr, "rokctl: task %llu: run %u's output "
+	                           "follows\n", (unsigned long long)id,
+	                           (unsigned)r->run) < 0 || fflush(stderr) != 0))
+		return rokctl_err(ctx, ROKCTL_EXIT_TASK,
+				  "cannot write the output");
 	for (size_t i = 0; i < r->n_chunks; i++) {
 		FILE *to = r->chunks[i].stream == ROK_STDERR ? stderr : stdout;
 
@@ -58,7 +67,8 @@ int logs_stream(struct rokctl *ctx, uint64_t id, bool follow)
 					  "the daemon answered with the wrong "
 					  "kind of reply");
 		}
-		if (!ctx->json && (rc = logs_write(ctx, r)) != ROKCTL_EXIT_OK) {
+		if (!ctx->json &&
+		    (rc = logs_write(ctx, id, r)) != ROKCTL_EXIT_OK) {
 			rok_reply_free(r);
 			return rc;
 		}
@@ -115,7 +125,9 @@ const struct rokctl_cmd rokctl_cmd_logs = {
 		"output to standard output and its standard error to standard\n"
 		"error, in the order the task wrote them.  With -f, keeps writing\n"
 		"as the task writes (the daemon pushes it) until the task ends,\n"
-		"then exits by its outcome as join does.\n",
+		"then exits by its outcome as join does.  A task run again after\n"
+		"a failure (--retry-failed) starts its output afresh: a line on\n"
+		"standard error says where a later run's output begins.\n",
 	.opts = logs_opts,
 	.min_args = 1,
 	.max_args = 1,

@@ -41,7 +41,8 @@
  * reads: its blocks no longer count against anyone
  * (max_kept_output_per_user) and must not stay taken.  The follower goes
  * on from the start of the file now under the name: the new run's
- * output, or none.  Only such events look at the file's links: an fstat
+ * output, or none; the first reply from it says which run that is
+ * (LogsReply.run).  Only such events look at the file's links: an fstat
  * at every pump cost a system call per output event.
  *
  * The journal is not read on the reactor thread: a task no longer in
@@ -84,6 +85,10 @@ struct follower {
 	bool follow;
 	int fd;                      /* the output file; -1: not open yet */
 	off_t off;                   /* next record to send */
+	bool later_run;              /* the file it held was removed: what it
+	                                opens next is a later run's */
+	uint32_t run;                /* the run announced with the next
+	                                chunks (LogsReply.run), or 0 */
 	bool has_final;              /* final: the journal's, for the end */
 	TaskInfo final;
 	struct follower *prev, *next;
@@ -165,6 +170,13 @@ static int logs_send_batch(struct follower *f)
 		f->fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (f->fd < 0)
 			return errno == ENOENT ? 0 : -1;
+		if (f->later_run) {
+			/* The run that made the file: the one the task is at
+			 * now, unless that one ended and the next was queued
+			 * in the moment since it began (then one too many). */
+			f->later_run = false;
+			f->run = tasktab_run_of(f->task_id);
+		}
 	}
 	ssize_t got = pread(f->fd, buf, sizeof(buf), f->off);
 	if (got < 0)
@@ -194,6 +206,8 @@ static int logs_send_batch(struct follower *f)
 	Rok__V1__LogsReply lr = ROK__V1__LOGS_REPLY__INIT;
 	lr.chunks = ptrs;
 	lr.n_chunks = n;
+	lr.run = f->run;
+	f->run = 0;
 	resp.id = f->req_id;
 	resp.body_case = ROK__V1__RESPONSE__BODY_LOGS;
 	resp.logs = &lr;
@@ -214,6 +228,7 @@ static void logs_drop_removed(struct follower *f)
 	close(f->fd);
 	f->fd = -1;
 	f->off = 0;
+	f->later_run = true;
 }
 
 /* Sends what it can; ends f when it is done.  f may be freed. */

@@ -404,6 +404,10 @@ uid_t tasktab_uid(const struct rtask *r);
 /* Whether task `id` has finished (or is unknown): any thread. */
 bool tasktab_finished(uint64_t id);
 
+/* Task `id`'s run (1: the first), or 0 if it is not in memory: any
+ * thread. */
+uint32_t tasktab_run_of(uint64_t id);
+
 /* Visible tasks with id > after, in id order, of `group` only unless it
  * is NULL: up to limit, and no more than fit in `budget` encoded bytes;
  * *more set when there are more.  Returns how many were filled into

@@ -1501,6 +1501,15 @@ bool tasktab_finished(uint64_t id)
 	return done;
 }
 
+uint32_t tasktab_run_of(uint64_t id)
+{
+	pthread_mutex_lock(&tab.lock);
+	struct rtask *r = tasktab_find(id);
+	uint32_t run = r != NULL ? r->run : 0;
+	pthread_mutex_unlock(&tab.lock);
+	return run;
+}
+
 /* Lock held.  Where a page of uid's records (root: everyone's) after id
  * `after` starts: past that record when it is one of them, else at the
  * first.  A user's page walks the uid's own records only. */

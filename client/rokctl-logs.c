@@ -5,12 +5,12 @@
  *
  * One logs request, answered by a stream of replies that the daemon pushes
  * as the task writes (rok.proto, LogsRequest): each reply's chunks are
- * written at once, and the last reply (end) carries the task.  When a
- * task run again after a failure starts its output afresh, the reply that
- * begins the new run's output says so (run), and a line on our standard
- * error marks where it begins: the output itself stays as the task wrote
- * it.  With -f the
+ * written at once, and the last reply (end) carries the task.  With -f the
  * stream lasts until the task has ended, so there is no client timeout.
+ * When a task run again after a failure starts its output afresh, the
+ * reply that begins the new run's output says so (run), and a note on our
+ * standard error marks the place, as other notes do: the output itself
+ * stays byte for byte what the task wrote.
  * With --json, the output itself is not printed: one JSON object for the
  * task at the end, as `status` prints it.
  *
@@ -27,14 +27,13 @@ static const struct rokctl_opt logs_opts[] = {
 	{ KEY_NONE, 0, NULL, NULL, NULL }
 };
 
-/* Writes one reply's chunks; an exit status. */
+/* Writes one reply's chunks, after the note of a later run's start if
+ * they begin one; an exit status. */
 static int logs_write(struct rokctl *ctx, uint64_t id, const rok_reply *r)
 {
-	if (r->run > 0 && (fprintf(stderr, "rokctl: task %llu: run %u's output "
-	                           "follows\n", (unsigned long long)id,
-	                           (unsigned)r->run) < 0 || fflush(stderr) != 0))
-		return rokctl_err(ctx, ROKCTL_EXIT_TASK,
-				  "cannot write the output");
+	if (r->run > 0)
+		rokctl_err(ctx, 0, "task %llu: run %u's output follows",
+			   (unsigned long long)id, (unsigned)r->run);
 	for (size_t i = 0; i < r->n_chunks; i++) {
 		FILE *to = r->chunks[i].stream == ROK_STDERR ? stderr : stdout;
 

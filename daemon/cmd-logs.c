@@ -167,15 +167,24 @@ static int logs_send_batch(struct follower *f)
 	if (f->fd < 0) {
 		char path[4096];
 		exec_output_path(f->task_id, path, sizeof(path));
+		/* Which run's file it opens: the one the task table names
+		 * both before and after the open, since a run's start
+		 * unlinks the file and then says so (exec_out_forget).  If
+		 * a run started in between, its output (or the end) pumps
+		 * again. */
+		uint32_t run = f->later_run ? tasktab_output_run(f->task_id)
+		                            : 0;
 		f->fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (f->fd < 0)
 			return errno == ENOENT ? 0 : -1;
 		if (f->later_run) {
-			/* The run that made the file: the one the task is at
-			 * now, unless that one ended and the next was queued
-			 * in the moment since it began (then one too many). */
+			if (tasktab_output_run(f->task_id) != run) {
+				close(f->fd);
+				f->fd = -1;
+				return 0;
+			}
 			f->later_run = false;
-			f->run = tasktab_run_of(f->task_id);
+			f->run = run;
 		}
 	}
 	ssize_t got = pread(f->fd, buf, sizeof(buf), f->off);

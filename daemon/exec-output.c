@@ -271,7 +271,7 @@ void exec_output_path(uint64_t id, char *buf, size_t len)
 	         (unsigned long long)id, exec_output_suffix());
 }
 
-void exec_out_forget(uint64_t id, uid_t uid)
+void exec_out_forget(uint64_t id, uid_t uid, uint32_t run)
 {
 	char path[4096];
 	struct stat st;
@@ -282,6 +282,8 @@ void exec_out_forget(uint64_t id, uid_t uid)
 		if (errno != ENOENT)
 			log_errno(errno, "task %llu: %s", (unsigned long long)id,
 			          path);
+		else if (run > 0)
+			tasktab_output_started(id, run);
 		return;
 	}
 	if (unlink(path) != 0) {
@@ -290,6 +292,10 @@ void exec_out_forget(uint64_t id, uid_t uid)
 			          (unsigned long long)id, path);
 		return;
 	}
+	/* After the unlink: whoever opens the file from here on opens this
+	 * run's (cmd-logs.c). */
+	if (run > 0)
+		tasktab_output_started(id, run);
 	(void)quota_add(uid, QUOTA_KEPT,
 	                -(int64_t)exec_out_charged((uint64_t)st.st_size));
 	/* Followers holding it open let it go (cmd-logs.c): else its blocks

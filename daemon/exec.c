@@ -222,7 +222,7 @@ static int exec_start(struct exec_job *j)
 		exec_fail(j, "exec tasks are not available in this process");
 		return -1;
 	}
-	exec_out_forget(j->id, j->uid);
+	exec_out_forget(j->id, j->uid, tasktab_run(j->rec));
 	r->owner = j->uid;
 	bool change = config.root && j->uid != 0;
 	if (change || j->clean_env) {

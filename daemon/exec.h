@@ -304,11 +304,13 @@ uint64_t exec_output_kept_auto(void);
 void exec_out_init(struct exec_out *o, uint64_t id, uid_t uid,
                    uint64_t cap);
 /* Removes the output file of task `id` (run as `uid`) if there is one,
- * and gives its bytes back to uid (any thread): at the start of a run,
- * the file of an earlier run of the same id (a retry after a crash), so a
- * silent task shows no output but its own; and when the journal prunes
- * the task. */
-void exec_out_forget(uint64_t id, uid_t uid);
+ * and gives its bytes back to uid (any thread): at the start of run `run`,
+ * the file of an earlier run of the same id (a retry after a failure or
+ * a crash), so a silent task shows no output but its own, and the task
+ * table hears which run the file now belongs to; and (run 0, which
+ * touches no task record: the caller may hold the table's lock) when
+ * the journal prunes the task or its record is forgotten. */
+void exec_out_forget(uint64_t id, uid_t uid, uint32_t run);
 /* Appends n bytes of `stream` (records of at most EXEC_REC_MAX) while the
  * file, headers included, stays within the cap; past it marks the output
  * truncated and drops the bytes. */

@@ -95,7 +95,7 @@ static int journal_prune_delete(sqlite3 *db, sqlite3_stmt *del,
 	}
 	for (size_t i = 0; i < n; i++) {
 		tasktab_forget(ids[i]);
-		exec_out_forget(ids[i], uids[i]);
+		exec_out_forget(ids[i], uids[i], 0);
 	}
 	*total += (int64_t)n;
 	return SQLITE_OK;

@@ -404,9 +404,13 @@ uid_t tasktab_uid(const struct rtask *r);
 /* Whether task `id` has finished (or is unknown): any thread. */
 bool tasktab_finished(uint64_t id);
 
-/* Task `id`'s run (1: the first), or 0 if it is not in memory: any
- * thread. */
-uint32_t tasktab_run_of(uint64_t id);
+/* Run `run` of task `id` starts its output afresh: the earlier run's file
+ * is gone (exec_out_forget).  Any thread. */
+void tasktab_output_started(uint64_t id, uint32_t run);
+/* The run whose output task `id`'s output file holds (as the last
+ * tasktab_output_started said; else the task's run), or 0 if the task is
+ * not in memory: any thread. */
+uint32_t tasktab_output_run(uint64_t id);
 
 /* Visible tasks with id > after, in id order, of `group` only unless it
  * is NULL: up to limit, and no more than fit in `budget` encoded bytes;

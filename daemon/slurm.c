@@ -614,7 +614,7 @@ static rok_poll slurm_poll(rok_cx *cx, void *frame)
 		slurm_fail(j, "Slurm tasks are not available in this process");
 		ROK_RETURN(cx, NULL);
 	}
-	exec_out_forget(j->id, j->out.uid);
+	exec_out_forget(j->id, j->out.uid, tasktab_run(j->rec));
 	if (j->timeout_ns > 0)
 		j->to_deadline = rok_deadline(j->timeout_ns);
 	slurm_set_why(j, "submitting to Slurm");

@@ -86,6 +86,10 @@ struct rtask {
 	uint64_t spawned_us, started_us, finished_us;
 	uint32_t retries;              /* runs again after an interruption */
 	uint32_t run;                  /* 1 = first run (retry_failed) */
+	uint32_t output_run;           /* the run whose output the file
+	                                  holds: the last to start afresh
+	                                  (tasktab_output_started); 0: not
+	                                  known since this rokd started */
 	uint32_t retry_failed;         /* from the spec: more runs on failure */
 	uint64_t backoff_ms;
 	uint64_t not_before_us;        /* queued: delay or retry backoff */
@@ -415,7 +419,7 @@ static void tasktab_evict_one(struct rtask *r)
 	/* Without a journal no prune ever removes an exec task's output: it
 	 * goes with the record. */
 	if (config.durability_off && strcmp(r->kind->name, "exec") == 0)
-		exec_out_forget(r->id, r->uid);
+		exec_out_forget(r->id, r->uid, 0);
 	tasktab_unlink(r);
 }
 
@@ -1501,11 +1505,21 @@ bool tasktab_finished(uint64_t id)
 	return done;
 }
 
-uint32_t tasktab_run_of(uint64_t id)
+void tasktab_output_started(uint64_t id, uint32_t run)
 {
 	pthread_mutex_lock(&tab.lock);
 	struct rtask *r = tasktab_find(id);
-	uint32_t run = r != NULL ? r->run : 0;
+	if (r != NULL)
+		r->output_run = run;
+	pthread_mutex_unlock(&tab.lock);
+}
+
+uint32_t tasktab_output_run(uint64_t id)
+{
+	pthread_mutex_lock(&tab.lock);
+	struct rtask *r = tasktab_find(id);
+	uint32_t run = r == NULL ? 0 : r->output_run > 0 ? r->output_run
+	                                                 : r->run;
 	pthread_mutex_unlock(&tab.lock);
 	return run;
 }

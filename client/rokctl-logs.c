@@ -125,7 +125,7 @@ const struct rokctl_cmd rokctl_cmd_logs = {
 		"error, in the order the task wrote them.  With -f, keeps writing\n"
 		"as the task writes (the daemon pushes it) until the task ends,\n"
 		"then exits by its outcome as join does.  A task run again after\n"
-		"a failure (--retry-failed) starts its output afresh: a line on\n"
+		"a failure (--retry-failed) starts its output afresh: a note on\n"
 		"standard error says where a later run's output begins.\n",
 	.opts = logs_opts,
 	.min_args = 1,

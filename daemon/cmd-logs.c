@@ -171,14 +171,17 @@ static int logs_send_batch(struct follower *f)
 		 * both before and after the open, since a run's start
 		 * unlinks the file and then says so (exec_out_forget).  If
 		 * a run started in between, its output (or the end) pumps
-		 * again. */
+		 * again.  A record gone meanwhile (0) is a task that has
+		 * finished: the file is its last run's, the one read first
+		 * (0 too if the record was gone already: no note then). */
 		uint32_t run = f->later_run ? tasktab_output_run(f->task_id)
 		                            : 0;
 		f->fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (f->fd < 0)
 			return errno == ENOENT ? 0 : -1;
 		if (f->later_run) {
-			if (tasktab_output_run(f->task_id) != run) {
+			uint32_t again = tasktab_output_run(f->task_id);
+			if (again != 0 && again != run) {
 				close(f->fd);
 				f->fd = -1;
 				return 0;

@@ -290,6 +290,8 @@ void exec_out_forget(uint64_t id, uid_t uid, uint32_t run)
 		if (errno != ENOENT)
 			log_errno(errno, "task %llu: removing %s",
 			          (unsigned long long)id, path);
+		else if (run > 0)
+			tasktab_output_started(id, run);
 		return;
 	}
 	/* After the unlink: whoever opens the file from here on opens this

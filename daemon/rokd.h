@@ -407,9 +407,9 @@ bool tasktab_finished(uint64_t id);
 /* Run `run` of task `id` starts its output afresh: the earlier run's file
  * is gone (exec_out_forget).  Any thread. */
 void tasktab_output_started(uint64_t id, uint32_t run);
-/* The run whose output task `id`'s output file holds (as the last
- * tasktab_output_started said; else the task's run), or 0 if the task is
- * not in memory: any thread. */
+/* The run whose output task `id`'s output file holds, as the last
+ * tasktab_output_started said; 0 if none did since rokd started or the
+ * task is not in memory: any thread. */
 uint32_t tasktab_output_run(uint64_t id);
 
 /* Visible tasks with id > after, in id order, of `group` only unless it

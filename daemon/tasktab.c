@@ -88,8 +88,8 @@ struct rtask {
 	uint32_t run;                  /* 1 = first run (retry_failed) */
 	uint32_t output_run;           /* the run whose output the file
 	                                  holds: the last to start afresh
-	                                  (tasktab_output_started); 0: not
-	                                  known since this rokd started */
+	                                  (tasktab_output_started); 0: none
+	                                  started since this rokd did */
 	uint32_t retry_failed;         /* from the spec: more runs on failure */
 	uint64_t backoff_ms;
 	uint64_t not_before_us;        /* queued: delay or retry backoff */
@@ -1478,8 +1478,9 @@ void tasktab_set_why(struct rtask *r, const char *why)
 
 uint32_t tasktab_run(const struct rtask *r)
 {
-	/* Only changes when a run fails (tasktab_requeue), after that run's
-	 * kind init, which is where this is read (see tasktab_start). */
+	/* Only changes when a run fails (tasktab_requeue), once that run
+	 * has ended: read by the run itself, at its kind init (see
+	 * tasktab_start) and as it starts (exec_start, slurm_poll). */
 	return r->run;
 }
 
@@ -1518,8 +1519,7 @@ uint32_t tasktab_output_run(uint64_t id)
 {
 	pthread_mutex_lock(&tab.lock);
 	struct rtask *r = tasktab_find(id);
-	uint32_t run = r == NULL ? 0 : r->output_run > 0 ? r->output_run
-	                                                 : r->run;
+	uint32_t run = r != NULL ? r->output_run : 0;
 	pthread_mutex_unlock(&tab.lock);
 	return run;
 }

@@ -340,8 +340,9 @@ typedef struct rok_log_chunk {
  *   HELLO   server
  *   LOGS    chunks (output, in the order the task wrote it); end: the
  *           last reply of the stream, with tasks[0] the task as it is then;
- *           run: not 0 when the chunks begin a later run's output than
- *           the chunks before them (the run, as rok_task_info counts)
+ *           run: not 0 when the chunks begin the output of a run started
+ *           after the chunks before them (the run, as rok_task_info
+ *           counts; see rok.proto, LogsReply)
  *   WATCH   one event: id moved to state at time_us (snapshot: part of a
  *           snapshot); in an end state tasks[0] is the finished task.
  *           Markers (id 0): snapshot_done, lagged (N events dropped, a
@@ -377,7 +378,7 @@ typedef struct rok_reply {
 	bool snapshot;             /* WATCH: part of a snapshot */
 	bool snapshot_done;        /* WATCH: the snapshot is complete */
 	uint64_t lagged;           /* WATCH: events dropped (we lagged) */
-	uint32_t run;              /* LOGS: a later run's output begins */
+	uint32_t run;              /* LOGS: a new run's output begins */
 } rok_reply;
 
 /* Frees a reply and everything in it.  NULL is fine. */

@@ -278,26 +278,18 @@ void exec_out_forget(uint64_t id, uid_t uid, uint32_t run)
 
 	exec_output_path(id, path, sizeof(path));
 	/* Nothing writes the file meanwhile: its task is not running. */
-	if (lstat(path, &st) != 0) {
-		if (errno != ENOENT)
-			log_errno(errno, "task %llu: %s", (unsigned long long)id,
-			          path);
-		else if (run > 0)
-			tasktab_output_started(id, run);
-		return;
-	}
-	if (unlink(path) != 0) {
-		if (errno != ENOENT)
-			log_errno(errno, "task %llu: removing %s",
-			          (unsigned long long)id, path);
-		else if (run > 0)
-			tasktab_output_started(id, run);
-		return;
+	bool gone = lstat(path, &st) == 0 && unlink(path) == 0;
+	if (!gone && errno != ENOENT) {
+		log_errno(errno, "task %llu: removing %s",
+		          (unsigned long long)id, path);
+		return;   /* the old file stays: no run owns it anew */
 	}
 	/* After the unlink: whoever opens the file from here on opens this
 	 * run's (cmd-logs.c). */
 	if (run > 0)
 		tasktab_output_started(id, run);
+	if (!gone)
+		return;
 	(void)quota_add(uid, QUOTA_KEPT,
 	                -(int64_t)exec_out_charged((uint64_t)st.st_size));
 	/* Followers holding it open let it go (cmd-logs.c): else its blocks

@@ -1,24 +1,37 @@
 /*
  * timer.c — sleeps: a hierarchical timing wheel per worker.
  *
- * Time is counted in ticks of 2^16 ns (65.5 us).  Six levels of 64 slots
- * each cover 2^36 ticks, 2^52 ns (52 days).  A timer sits at the level of
- * its distance from `elapsed` (the time processed so far): level L holds
- * the timers 64^L to 64^(L+1) ticks away, in the slot of their deadline's
- * bits 6L..6L+5, so a level-L slot holds a window of 64^L ticks and never
- * starts after a deadline it holds.  The windows a level holds at once are
- * the 64 from `elapsed` on, so each slot names one: the first at or after
- * `elapsed` with its index (at the top level, the first after it).  The next
- * expiry is the earliest of each level's first occupied slot, found by
- * scanning the level's 64-bit occupancy word.
+ * Time is counted in ticks of 2^16 ns (65.5 us).  Level 0 has 2^12 slots
+ * of one tick each (268 ms); above it four levels of 64 slots each, a slot
+ * of level L spanning 2^(12+6(L-1)) ticks, cover 2^36 ticks, 2^52 ns (52
+ * days), in all.  A timer sits at the level of its distance from `elapsed`
+ * (the time processed so far): level 0 holds the timers less than 2^12
+ * ticks away, level L the ones 2^(12+6(L-1)) to 2^(12+6L) ticks away, in
+ * the slot of their deadline's bits from the level's shift on (0 at level
+ * 0, 12+6(L-1) above), so a slot holds a window of the level's slot span
+ * and never starts after a deadline it holds.  The windows a level holds
+ * at once are the ones from `elapsed` on, so each slot names one: the first
+ * at or after `elapsed` with its index (at the top level, the first after
+ * it).  The next expiry is the earliest of each level's first occupied
+ * slot, found by scanning the level's occupancy bits (level 0's: 64 words
+ * and a word saying which of them are not empty).
+ *
+ * Why level 0 is that large: a timer above it moves down when its slot
+ * comes due, all of the slot's timers at once, each a cache miss.  With 64
+ * slots at level 0 (4.2 ms), every sleep longer than that moved once: in
+ * rok-bench's timer_storm (sleeps of 1 to 100 ms) some 5,800 timers every
+ * 4.2 ms, a 0.8 ms stall of the firing worker each time (most of the row's
+ * p99 lateness) and a fifth of its CPU.  Sleeps under 268 ms now never
+ * move; longer ones move down once per level they are above level 0.  The
+ * price is 32 KiB of slot heads per wheel.
  *
  * Not Tokio's rule (the level of the highest tick bit in which the deadline
  * differs from `elapsed`), under which a timer 1 ms away whose deadline
- * crosses a multiple of 2^12 ticks sits at level 2: every timer waiting
- * across that multiple then had to be moved down at once when the clock
- * reached it, in rok-bench's timer_storm some 35,000 every 268 ms, a stall
- * of over 10 ms of the worker firing them, and most of the row's p99
- * lateness.  By distance, a timer is moved down at most once per level it
+ * crosses a multiple of a level's span sits at the level above: every
+ * timer waiting across that multiple then had to be moved down at once when
+ * the clock reached it (with 64-slot levels, in rok-bench's timer_storm
+ * some 35,000 every 268 ms, a stall of over 10 ms of the worker firing
+ * them).  By distance, a timer is moved down at most once per level it
  * is above the one its sleep's length names, counted from the wheel's
  * time: that stands still while the wheel is empty (timer_fire returns at
  * once), so the first sleep after an idle spell may be filed a level or
@@ -42,7 +55,8 @@
  * would put the last fired first.
  *
  * The timer node is the rok_waiter inside the sleeping frame's rok_sleep_op,
- * linked into a slot list; `aux` records its level and slot.  A sleep
+ * linked into a slot list (timer_push: not a waitq list, but with its
+ * state protocol); `aux` records its place in `slots`.  A sleep
  * registers in the wheel of the worker it runs on; cancelling it unlinks
  * the node at once from whichever thread polls the cancelled task, hence
  * the lock (uncontended in the common case: the owner fires its own wheel).
@@ -72,10 +86,10 @@
 #include "worker.h"
 
 #define TIMER_TICK_SHIFT 16
-#define TIMER_BITS       6                      /* log2(TIMER_SLOTS) */
-#define TIMER_MAX_TICKS  ((uint64_t)1 << (TIMER_BITS * TIMER_LEVELS))
+#define TIMER_MAX_TICKS  ((uint64_t)1 << (TIMER_L0_BITS + \
+                                          TIMER_BITS * (TIMER_LEVELS - 1)))
 #define TIMER_FIRE_BATCH 64
-#define TIMER_DEFERRED   (TIMER_LEVELS * TIMER_SLOTS)   /* aux: on `deferred` */
+#define TIMER_DEFERRED   TIMER_NSLOTS   /* aux: on `deferred` */
 
 /* Relaxed: a test sets it before the timers it is about; a thread that
  * reads the old value sees the clock as it was a moment earlier. */
@@ -135,6 +149,135 @@ static rok_sleep_op *timer_op(rok_waiter *w)
 	return (rok_sleep_op *)(void *)((char *)w - offsetof(rok_sleep_op, w));
 }
 
+/* The tick bit a slot index of `level` starts at. */
+static unsigned timer_shift(unsigned level)
+{
+	return level == 0 ? 0 : TIMER_L0_BITS + TIMER_BITS * (level - 1);
+}
+
+static unsigned timer_slots(unsigned level)
+{
+	return level == 0 ? TIMER_L0_SLOTS : TIMER_SLOTS;
+}
+
+/* A slot's place in tw->slots, which a filed node keeps in its aux. */
+static unsigned timer_aux(unsigned level, unsigned slot)
+{
+	return level == 0 ? slot
+	                  : TIMER_L0_SLOTS + (level - 1) * TIMER_SLOTS + slot;
+}
+
+static unsigned timer_aux_level(unsigned aux)
+{
+	return aux < TIMER_L0_SLOTS ? 0
+	                            : 1 + (aux - TIMER_L0_SLOTS) / TIMER_SLOTS;
+}
+
+static unsigned timer_aux_slot(unsigned aux)
+{
+	return aux < TIMER_L0_SLOTS ? aux
+	                            : (aux - TIMER_L0_SLOTS) % TIMER_SLOTS;
+}
+
+static void timer_occupy(struct timer_wheel *tw, unsigned aux)
+{
+	unsigned level = timer_aux_level(aux), slot = timer_aux_slot(aux);
+
+	if (level > 0) {
+		tw->occupied[level] |= (uint64_t)1 << slot;
+		return;
+	}
+	tw->occupied0[slot / 64] |= (uint64_t)1 << (slot % 64);
+	tw->occupied0_words |= (uint64_t)1 << (slot / 64);
+}
+
+static void timer_vacate(struct timer_wheel *tw, unsigned aux)
+{
+	unsigned level = timer_aux_level(aux), slot = timer_aux_slot(aux);
+
+	if (level > 0) {
+		tw->occupied[level] &= ~((uint64_t)1 << slot);
+		return;
+	}
+	tw->occupied0[slot / 64] &= ~((uint64_t)1 << (slot % 64));
+	if (tw->occupied0[slot / 64] == 0)
+		tw->occupied0_words &= ~((uint64_t)1 << (slot / 64));
+}
+
+static bool timer_level_empty(const struct timer_wheel *tw, unsigned level)
+{
+	return level == 0 ? tw->occupied0_words == 0 : tw->occupied[level] == 0;
+}
+
+/*
+ * `level` not empty: how many slots on from slot `first` (mod the level's
+ * slots) its first occupied one is.
+ */
+static unsigned timer_first_occupied(const struct timer_wheel *tw,
+                                     unsigned level, unsigned first)
+{
+	if (level > 0) {
+		uint64_t occ = tw->occupied[level];
+		/* Rotate slot `first` to bit 0. */
+		uint64_t rot = first == 0 ? occ
+		                          : (occ >> first) | (occ << (64 - first));
+		return (unsigned)__builtin_ctzll(rot);
+	}
+	unsigned wi = first / 64, bit = first % 64;
+	uint64_t here = tw->occupied0[wi] >> bit << bit;
+	uint64_t words = tw->occupied0_words;
+	uint64_t later = wi == 63 ? 0 : words >> (wi + 1) << (wi + 1);
+	unsigned w;
+	if (here != 0)
+		return (unsigned)(wi * 64 + __builtin_ctzll(here)) - first;
+	/* The next word that is not empty, else round to the lowest (which
+	 * may be wi's own bits below `first`). */
+	w = (unsigned)__builtin_ctzll(later != 0 ? later : words);
+	unsigned slot = w * 64 + (unsigned)__builtin_ctzll(tw->occupied0[w]);
+	return (slot - first) & (TIMER_L0_SLOTS - 1);
+}
+
+/*
+ * A slot's list is NULL-ended and linked at its head, not a circular
+ * waitq list linked at its tail: linking a timer then writes only the
+ * node that was first, where a tail link reads the first node and
+ * writes the last.  Those are cache misses: a slot's nodes sit in the
+ * frames of tasks that went to sleep long ago, and the sleeps of
+ * timer_storm spread over 1,500 level-0 slots.  The order within a slot
+ * does not matter: timer_wake sorts what it wakes.
+ */
+static void timer_push(rok_waiter **head, rok_waiter *w)
+{
+	w->prev = NULL;
+	w->next = *head;
+	if (*head != NULL)
+		(*head)->prev = w;
+	*head = w;
+}
+
+static void timer_remove(rok_waiter **head, rok_waiter *w)
+{
+	if (w->prev != NULL)
+		w->prev->next = w->next;
+	else
+		*head = w->next;
+	if (w->next != NULL)
+		w->next->prev = w->prev;
+	w->next = w->prev = NULL;
+}
+
+/* Unlinks the first node of a list that is not empty. */
+static rok_waiter *timer_pop(rok_waiter **head)
+{
+	rok_waiter *w = *head;
+
+	*head = w->next;
+	if (w->next != NULL)
+		w->next->prev = NULL;
+	w->next = NULL;
+	return w;
+}
+
 void timer_init(struct timer_wheel *tw)
 {
 	memset(tw, 0, sizeof(*tw));
@@ -152,41 +295,42 @@ static void timer_file(struct timer_wheel *tw, rok_waiter *w, uint64_t when,
 	if (when <= tw->elapsed)
 		when = tw->elapsed;   /* due: goes to the current level-0 slot */
 	uint64_t dist = when - tw->elapsed;
-	unsigned level = dist >= TIMER_MAX_TICKS
-	                         ? TIMER_LEVELS - 1   /* far: see the top */
-	                         : (unsigned)(63 - __builtin_clzll(dist | 1)) /
-	                                   TIMER_BITS;
-	unsigned slot = (unsigned)(when >> (level * TIMER_BITS)) &
-	                (TIMER_SLOTS - 1);
-	rok_waiter **head = &tw->slots[level][slot];
-	w->aux = level * TIMER_SLOTS + slot;
+	unsigned level;
+	if (dist < TIMER_L0_SLOTS)
+		level = 0;
+	else if (dist >= TIMER_MAX_TICKS)
+		level = TIMER_LEVELS - 1;   /* far: see the top */
+	else
+		level = 1 + ((unsigned)(63 - __builtin_clzll(dist)) -
+		             TIMER_L0_BITS) / TIMER_BITS;
+	unsigned slot = (unsigned)(when >> timer_shift(level)) &
+	                (timer_slots(level) - 1);
+	w->aux = timer_aux(level, slot);
+	rok_waiter **head = &tw->slots[w->aux];
 	if (tw->firing != NULL && w->aux == tw->firing_aux) {
 		/* Its aux would say "on `firing`": see the note at the top. */
 		w->aux = TIMER_DEFERRED;
 		head = &tw->deferred;
 	} else {
-		tw->occupied[level] |= (uint64_t)1 << slot;
+		timer_occupy(tw, w->aux);
 	}
 	if (cx != NULL)
-		waitq_link(head, w, cx, timer_release, tw);
-	else
-		waitq_append(head, w);
+		waitq_enter(w, cx, timer_release, tw);
+	timer_push(head, w);
 }
 
+/* Lock held, `w` filed: unlinks it from wherever it is. */
 static void timer_unfile(struct timer_wheel *tw, rok_waiter *w)
 {
 	if (w->aux == TIMER_DEFERRED) {
-		(void)waitq_unlink(&tw->deferred, w);
-		return;
+		timer_remove(&tw->deferred, w);
+	} else if (tw->firing != NULL && w->aux == tw->firing_aux) {
+		timer_remove(&tw->firing, w);
+	} else {
+		timer_remove(&tw->slots[w->aux], w);
+		if (tw->slots[w->aux] == NULL)
+			timer_vacate(tw, w->aux);
 	}
-	if (tw->firing != NULL && w->aux == tw->firing_aux) {
-		(void)waitq_unlink(&tw->firing, w);
-		return;
-	}
-	unsigned level = w->aux / TIMER_SLOTS, slot = w->aux % TIMER_SLOTS;
-	if (waitq_unlink(&tw->slots[level][slot], w) &&
-	    tw->slots[level][slot] == NULL)
-		tw->occupied[level] &= ~((uint64_t)1 << slot);
 }
 
 static void timer_release(rok_waiter *w)
@@ -194,9 +338,9 @@ static void timer_release(rok_waiter *w)
 	struct timer_wheel *tw = w->queue;
 
 	spin_lock(&tw->lock);
-	if (atomic_load_explicit(&w->state, memory_order_relaxed) ==
-	    WAITQ_QUEUED) {
+	if (waitq_queued(w)) {
 		timer_unfile(tw, w);
+		waitq_leave(w);
 		atomic_fetch_sub_explicit(&tw->count, 1, memory_order_relaxed);
 	}
 	spin_unlock(&tw->lock);
@@ -211,7 +355,7 @@ static void timer_release(rok_waiter *w)
 static uint64_t timer_first_window(const struct timer_wheel *tw,
                                    unsigned level)
 {
-	unsigned shift = level * TIMER_BITS;
+	unsigned shift = timer_shift(level);
 
 	if (level == TIMER_LEVELS - 1)
 		return (tw->elapsed >> shift) + 1;
@@ -233,19 +377,16 @@ static bool timer_next_slot(struct timer_wheel *tw, unsigned *level,
 	bool found = false;
 
 	for (unsigned l = TIMER_LEVELS; l-- > 0;) {
-		uint64_t occ = tw->occupied[l];
-		if (occ == 0)
+		if (timer_level_empty(tw, l))
 			continue;
-		/* Rotate the first window's slot to bit 0: the first occupied
-		 * one from there is the level's next. */
-		unsigned shift = l * TIMER_BITS;
+		/* The first occupied slot from the first window's on is the
+		 * level's next. */
+		unsigned mask = timer_slots(l) - 1;
 		uint64_t c = timer_first_window(tw, l);
-		unsigned first = (unsigned)c & (TIMER_SLOTS - 1);
-		uint64_t rot = first == 0 ? occ
-		                          : (occ >> first) | (occ << (64 - first));
-		unsigned off = (unsigned)__builtin_ctzll(rot);
-		uint64_t t = (c + off) << shift;
-		unsigned s = (first + off) & (TIMER_SLOTS - 1);
+		unsigned first = (unsigned)c & mask;
+		unsigned off = timer_first_occupied(tw, l, first);
+		uint64_t t = (c + off) << timer_shift(l);
+		unsigned s = (first + off) & mask;
 		if (!found || t < *start) {
 			*level = l;
 			*slot = s;
@@ -282,8 +423,9 @@ struct timer_due {
 
 /*
  * Wakes a batch of due timers, earliest deadline first: timers that came
- * due together (a slot of a higher level, a late look) still wake in order.
- * Insertion sort: the batch is small and mostly sorted.
+ * due together (a slot of a higher level, a late look, a slot's list,
+ * which keeps no order) still wake in order.  Insertion sort: the batch
+ * is small.
  */
 static void timer_wake(struct timer_due *due, unsigned n)
 {
@@ -315,34 +457,19 @@ static bool timer_take_slot(struct timer_wheel *tw, uint64_t now_tick)
 		return false;
 	if (start > tw->elapsed)
 		tw->elapsed = start;
-	tw->firing = tw->slots[level][slot];   /* its nodes keep their aux */
-	tw->firing_aux = level * TIMER_SLOTS + slot;
-	tw->slots[level][slot] = NULL;
-	tw->occupied[level] &= ~((uint64_t)1 << slot);
+	unsigned aux = timer_aux(level, slot);
+	tw->firing = tw->slots[aux];   /* its nodes keep their aux */
+	tw->firing_aux = aux;
+	tw->slots[aux] = NULL;
+	timer_vacate(tw, aux);
 	return true;
-}
-
-/* Lock held.  Unlinks the head of *head to file it elsewhere (no state
- * change, no accounting: the node stays registered). */
-static rok_waiter *timer_detach_first(rok_waiter **head)
-{
-	rok_waiter *w = *head;
-
-	if (w->next == w) {
-		*head = NULL;
-	} else {
-		w->prev->next = w->next;
-		w->next->prev = w->prev;
-		*head = w->next;
-	}
-	return w;
 }
 
 /* Lock held, `firing` empty.  Files what waited on `deferred`. */
 static void timer_file_deferred(struct timer_wheel *tw)
 {
 	while (tw->deferred != NULL) {
-		rok_waiter *w = timer_detach_first(&tw->deferred);
+		rok_waiter *w = timer_pop(&tw->deferred);
 		timer_file(tw, w, timer_tick_ceil(timer_op(w)->deadline), NULL);
 	}
 }
@@ -373,12 +500,12 @@ unsigned timer_fire(struct timer_wheel *tw, int64_t now)
 			 * elapsed; it lands at a lower level (or, far, round
 			 * the top level again: on `deferred` until the slot
 			 * is empty). */
-			(void)timer_detach_first(&tw->firing);
+			(void)timer_pop(&tw->firing);
 			timer_file(tw, w, when, NULL);
 			continue;
 		}
 		due[n].deadline = deadline;
-		due[n++].task = waitq_take(&tw->firing);
+		due[n++].task = waitq_wake(timer_pop(&tw->firing));
 		atomic_fetch_sub_explicit(&tw->count, 1, memory_order_relaxed);
 		if (n == TIMER_FIRE_BATCH) {
 			/* What is left on `firing` stays there, under the
@@ -406,15 +533,10 @@ size_t timer_count_from(struct timer_wheel *tw, unsigned level)
 	size_t n = 0;
 
 	spin_lock(&tw->lock);
-	for (unsigned l = level; l < TIMER_LEVELS; l++)
-		for (unsigned s = 0; s < TIMER_SLOTS; s++) {
-			rok_waiter *h = tw->slots[l][s], *w = h;
-			if (h != NULL)
-				do {
-					n++;
-					w = w->next;
-				} while (w != h);
-		}
+	for (unsigned a = timer_aux(level, 0); a < TIMER_NSLOTS; a++) {
+		for (rok_waiter *w = tw->slots[a]; w != NULL; w = w->next)
+			n++;
+	}
 	spin_unlock(&tw->lock);
 	return n;
 }

@@ -11,17 +11,27 @@
 #include "rok/rok.h"
 #include "spin.h"
 
-#define TIMER_LEVELS 6
-#define TIMER_SLOTS  64
+/* Level 0: 2^12 slots of a tick each; levels 1 to 4: 64 slots each. */
+#define TIMER_LEVELS   5
+#define TIMER_L0_BITS  12
+#define TIMER_L0_SLOTS (1u << TIMER_L0_BITS)
+#define TIMER_BITS     6
+#define TIMER_SLOTS    (1u << TIMER_BITS)
+#define TIMER_NSLOTS   (TIMER_L0_SLOTS + (TIMER_LEVELS - 1) * TIMER_SLOTS)
 
 struct timer_wheel {
 	struct spin lock;
 	_Atomic uint64_t count;        /* armed timers; read unlocked as a hint */
 	uint64_t elapsed;              /* ticks processed up to */
-	uint64_t occupied[TIMER_LEVELS];
-	rok_waiter *slots[TIMER_LEVELS][TIMER_SLOTS];
+	/* Occupied slots: level 0's in 64 words, with a word whose bit i
+	 * says occupied0[i] != 0; the others' in a word each. */
+	uint64_t occupied0_words;
+	uint64_t occupied0[TIMER_L0_SLOTS / 64];
+	uint64_t occupied[TIMER_LEVELS];   /* [0] unused */
+	/* Level 0's slots, then level 1's, and so on: by aux. */
+	rok_waiter *slots[TIMER_NSLOTS];
 	rok_waiter *firing;            /* the slot timer_fire is emptying */
-	unsigned firing_aux;           /* its aux (level, slot) */
+	unsigned firing_aux;           /* its aux (its place in slots) */
 	rok_waiter *deferred;          /* to be filed in it: see timer.c */
 };
 

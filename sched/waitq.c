@@ -19,15 +19,50 @@
 #include "task.h"
 #include "waitq.h"
 
-void waitq_link(rok_waiter **head, rok_waiter *w, rok_cx *cx,
-                void (*release)(rok_waiter *w), void *queue)
+void waitq_enter(rok_waiter *w, rok_cx *cx, void (*release)(rok_waiter *w),
+                 void *queue)
 {
 	w->task = cx != NULL ? cx->task : NULL;
 	w->release = release;
 	w->queue = queue;
 	atomic_store_explicit(&w->state, WAITQ_QUEUED, memory_order_relaxed);
-	waitq_append(head, w);
 	executor_regs_add(1);
+}
+
+void waitq_leave(rok_waiter *w)
+{
+	executor_regs_add(-1);
+	atomic_store_explicit(&w->state, WAITQ_IDLE, memory_order_relaxed);
+}
+
+rok_task *waitq_wake(rok_waiter *w)
+{
+	executor_regs_add(-1);
+	rok_task *t = w->task;
+	if (t == NULL) {
+		/* Release: the thread in waitq_block reads WOKEN with acquire
+		 * and then everything the waker wrote before.  The wake after
+		 * the store may reach a futex word whose thread already left;
+		 * futex users tolerate such spurious wake-ups. */
+		atomic_store_explicit(&w->state, WAITQ_WOKEN,
+		                      memory_order_release);
+		syscall(SYS_futex, &w->state, FUTEX_WAKE_PRIVATE, 1, NULL,
+		        NULL, 0);
+		return NULL;
+	}
+	rok_task_ref(t);
+	/* Release: the task, polled again, reads WOKEN with acquire and may
+	 * then finish and free the frame holding `w`: nothing touches `w`
+	 * after this store. */
+	atomic_store_explicit(&w->state, WAITQ_WOKEN, memory_order_release);
+	return t;
+}
+
+void waitq_link(rok_waiter **head, rok_waiter *w, rok_cx *cx,
+                void (*release)(rok_waiter *w), void *queue)
+{
+	waitq_enter(w, cx, release, queue);
+	waitq_append(head, w);
 }
 
 void waitq_append(rok_waiter **head, rok_waiter *w)
@@ -55,7 +90,6 @@ static void waitq_remove(rok_waiter **head, rok_waiter *w)
 			*head = w->next;
 	}
 	w->next = w->prev = NULL;
-	executor_regs_add(-1);
 }
 
 bool waitq_unlink(rok_waiter **head, rok_waiter *w)
@@ -64,7 +98,7 @@ bool waitq_unlink(rok_waiter **head, rok_waiter *w)
 	    WAITQ_QUEUED)
 		return false;
 	waitq_remove(head, w);
-	atomic_store_explicit(&w->state, WAITQ_IDLE, memory_order_relaxed);
+	waitq_leave(w);
 	return true;
 }
 
@@ -75,24 +109,7 @@ rok_task *waitq_take(rok_waiter **head)
 	if (w == NULL)
 		return NULL;
 	waitq_remove(head, w);
-	rok_task *t = w->task;
-	if (t == NULL) {
-		/* Release: the thread in waitq_block reads WOKEN with acquire
-		 * and then everything the waker wrote before.  The wake after
-		 * the store may reach a futex word whose thread already left;
-		 * futex users tolerate such spurious wake-ups. */
-		atomic_store_explicit(&w->state, WAITQ_WOKEN,
-		                      memory_order_release);
-		syscall(SYS_futex, &w->state, FUTEX_WAKE_PRIVATE, 1, NULL,
-		        NULL, 0);
-		return NULL;
-	}
-	rok_task_ref(t);
-	/* Release: the task, polled again, reads WOKEN with acquire and may
-	 * then finish and free the frame holding `w`: nothing touches `w`
-	 * after this store. */
-	atomic_store_explicit(&w->state, WAITQ_WOKEN, memory_order_release);
-	return t;
+	return waitq_wake(w);
 }
 
 bool waitq_begin(rok_cx *cx, rok_waiter *w)

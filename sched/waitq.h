@@ -4,6 +4,9 @@
 #ifndef ROK_WAITQ_H
 #define ROK_WAITQ_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
+
 #include "rok/rok.h"
 
 enum {
@@ -38,6 +41,24 @@ bool waitq_unlink(rok_waiter **head, rok_waiter *w);
  * blocked in rok_task_wait) is woken here through its futex word instead.
  */
 rok_task *waitq_take(rok_waiter **head);
+
+/*
+ * For lists of another shape (the timer wheel's, timer.c), linked and
+ * unlinked by their owner under its lock: the rest of what waitq_link,
+ * waitq_unlink and waitq_take do.  waitq_enter makes `w` queued, before
+ * it is linked; waitq_leave makes it idle again once a release unlinked
+ * it; waitq_wake, once a waker unlinked it, returns what waitq_take does.
+ */
+void waitq_enter(rok_waiter *w, rok_cx *cx, void (*release)(rok_waiter *w),
+                 void *queue);
+void waitq_leave(rok_waiter *w);
+rok_task *waitq_wake(rok_waiter *w);
+
+static inline bool waitq_queued(const rok_waiter *w)
+{
+	return atomic_load_explicit(&w->state, memory_order_relaxed) ==
+	       WAITQ_QUEUED;
+}
 
 /*
  * The start of every awaitable operation.  Returns true when the operation

@@ -424,7 +424,7 @@ END_TEST
 
 /*
  * Far and "never" deadlines, and the clock at the edges of the wheel.  The
- * wheel covers 2^52 ns in six levels; these tests move the clock itself
+ * wheel covers 2^52 ns in five levels; these tests move the clock itself
  * (timer_skew_clock) instead of waiting for it.  A sleeper records the
  * order in which it woke and whether it woke early.
  */
@@ -707,37 +707,75 @@ END_TEST
 
 /*
  * A timer is filed by how far away it is, not by the highest tick bit in
- * which its deadline differs from the wheel's time: a timer 150 ms away
- * whose deadline crosses a multiple of 2^12 ticks (2^28 ns) sits at level 1
- * (a level-1 slot spans 64 ticks, 4.2 ms; the level covers 268 ms), not at
- * level 2.  Filed at level 2, every timer waiting across such a multiple
- * had to be moved at once when the clock reached it: in rok-bench's
- * timer_storm, 35,000 of them every 268 ms, a stall of its worker of over
- * 10 ms.  The clock is moved to 100 ms before the multiple; real time that
- * passes meanwhile only fires the timers, which also leaves level 2 empty.
- * Then they fire when the clock passes their deadline, none early.
+ * which its deadline differs from the wheel's time: a timer 15 s away whose
+ * deadline crosses a multiple of 2^18 ticks (2^34 ns, 17.2 s) sits at level
+ * 1 (a level-1 slot spans 2^12 ticks, 268 ms; the level covers 17.2 s), not
+ * at level 2.  Filed at level 2, every timer waiting across such a multiple
+ * would be moved at once when the clock reached it.  The clock is moved to
+ * 10 s before the multiple; real time that passes meanwhile only fires the
+ * timers, which also leaves level 2 empty.  Then they fire when the clock
+ * passes their deadline, none early.
  */
 START_TEST(filed_by_distance)
 {
 	enum { N = 64 };
 	rok_task *t[N];
-	int64_t now = rok_now(), b = ((now >> 28) + 2) << 28;
+	int64_t now = rok_now(), b = ((now >> 34) + 2) << 34;
 
 	test_workers(1);
-	timer_skew_clock(b - ROK_MS(100) - now);
+	timer_skew_clock(b - ROK_S(10) - now);
 	ck_assert_int_eq(rok_start(), 0);
 	int spawn_order[N];
 	for (int i = 0; i < N; i++)
 		spawn_order[i] = i;
 	int64_t deadline[N];
 	for (int i = 0; i < N; i++)
-		deadline[i] = b + ROK_MS(50) + ROK_US(100) * i;
+		deadline[i] = b + ROK_S(5) + ROK_US(100) * i;
 	far_spawn(t, deadline, N, spawn_order);
 	struct worker *w = atomic_load_explicit(&executor.workers[0],
 	                                        memory_order_relaxed);
 	ck_assert_uint_eq(timer_count_from(&w->timers, 2), 0);
+	ck_assert_uint_eq(timer_count_from(&w->timers, 1), N);
 	far_clock_to(deadline[N - 1]);
 	far_wait_fired(N);
+	ck_assert_int_eq(atomic_load(&fired_early), 0);
+	far_reap(t, N);
+}
+END_TEST
+
+/*
+ * Sleeps shorter than level 0's span (2^12 ticks, 268 ms) go straight to
+ * level 0 and are never moved: with a 64-slot level 0 (4.2 ms), every
+ * longer sleep moved down once, a whole level-1 slot of them at a time
+ * (timer.c).  Sleepers of 100 ms to 256 ms: none above level 0; all fire
+ * in deadline order and none early.  A slow machine may fire some before
+ * the count is read: they are at no level then either.
+ */
+START_TEST(short_sleeps_at_level_0)
+{
+	enum { N = 27 };
+	rok_task *t[N];
+	int64_t now = rok_now();
+	int64_t deadline[N];
+	int64_t base = rok_registrations();
+
+	test_workers(1);
+	ck_assert_int_eq(rok_start(), 0);
+	for (int i = N; i-- > 0;) {
+		deadline[i] = now + ROK_MS(100) + ROK_MS(6) * i;
+		struct far f = { .idx = i, .deadline = deadline[i] };
+		ck_assert_int_eq(rok_spawn(&t[i], far_poll, &f, sizeof(f)), 0);
+	}
+	/* Each is filed, or fired already. */
+	while (rok_registrations() - base + atomic_load(&fired_done) < N)
+		sched_yield();
+	struct worker *w = atomic_load_explicit(&executor.workers[0],
+	                                        memory_order_relaxed);
+	ck_assert_uint_eq(timer_count_from(&w->timers, 1), 0);
+	far_clock_to(deadline[N - 1]);
+	far_wait_fired(N);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(atomic_load(&fired[i]), i);
 	ck_assert_int_eq(atomic_load(&fired_early), 0);
 	far_reap(t, N);
 }
@@ -748,7 +786,7 @@ END_TEST
  * The top level names the windows after elapsed, so the top slot must be
  * taken first: taken after the lower one, elapsed is already at its start
  * and it reads as a turn (2^36 ticks, 52 days) later.  A (20 h away, so at
- * the top level) and B (1 h away when filed, level 4) both start at t, a
+ * the top level) and B (1 h away when filed, level 3) both start at t, a
  * multiple of 2^46 ns (2^30 ticks).  With the clock past both, both fire.
  */
 START_TEST(top_slot_tie)
@@ -764,7 +802,7 @@ START_TEST(top_slot_tie)
 	struct worker *w = atomic_load_explicit(&executor.workers[0],
 	                                        memory_order_relaxed);
 	far_spawn(t, deadline, 1, order0);
-	ck_assert_uint_eq(timer_count_from(&w->timers, 5), 1);
+	ck_assert_uint_eq(timer_count_from(&w->timers, 4), 1);
 	far_clock_to(tb - ROK_S(3600));
 	for (;;) {   /* until the worker's wheel has looked at the new time */
 		spin_lock(&w->timers.lock);
@@ -779,8 +817,8 @@ START_TEST(top_slot_tie)
 	ck_assert_int_eq(rok_spawn(&t[1], far_poll, &f, sizeof(f)), 0);
 	while (rok_registrations() < base + 1)
 		sched_yield();
-	ck_assert_uint_eq(timer_count_from(&w->timers, 5), 1);
-	ck_assert_uint_eq(timer_count_from(&w->timers, 4), 2);
+	ck_assert_uint_eq(timer_count_from(&w->timers, 4), 1);
+	ck_assert_uint_eq(timer_count_from(&w->timers, 3), 2);
 	far_clock_to(tb + ROK_MS(10));
 	far_wait_fired(2);
 	ck_assert_int_eq(atomic_load(&fired[0]), 0);
@@ -972,6 +1010,7 @@ static Suite *timer_suite(void)
 		{ "far_cancel", far_cancel },
 		{ "fire_while_cancelling", fire_while_cancelling },
 		{ "filed_by_distance", filed_by_distance },
+		{ "short_sleeps_at_level_0", short_sleeps_at_level_0 },
 		{ "top_slot_tie", top_slot_tie },
 	};
 

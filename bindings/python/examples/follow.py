@@ -16,7 +16,12 @@ def main(argv):
         print(f"task {task.id}", file=sys.stderr)
         out = {rok.STDOUT: sys.stdout.buffer, rok.STDERR: sys.stderr.buffer}
         logs = task.logs(follow=True)
+        run = 0
         for stream, data in logs:
+            if logs.run != run:                 # a retried task's next run
+                run = logs.run
+                print(f"task {task.id}: run {run}'s output follows",
+                      file=sys.stderr)
             out[stream].write(data)
             out[stream].flush()
         result = logs.result or task.join()

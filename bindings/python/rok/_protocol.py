@@ -762,8 +762,12 @@ def group_list(reply: "pb.GroupReply") -> List[Group]:
             for g in reply.groups]
 
 
-def log_chunks(reply: "pb.LogsReply") -> List[Tuple[int, bytes]]:
-    return [(c.stream, c.data) for c in reply.chunks]
+def log_chunks(reply: "pb.LogsReply") -> List[Tuple[Tuple[int, bytes], int]]:
+    """The reply's chunks, each with the run whose output it begins: the
+    first one's ``reply.run`` (set when a later run's output begins there),
+    0 for the others."""
+    return [((c.stream, c.data), reply.run if i == 0 else 0)
+            for i, c in enumerate(reply.chunks)]
 
 
 __all__ = ["socket_path", "frame", "Decoder", "PROTOCOL_VERSION", "Error"]

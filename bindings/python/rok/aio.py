@@ -454,15 +454,22 @@ class WatchStream(_Stream):
 
 class LogStream(_Stream):
     """An async iterator of ``(stream, data)`` chunks of a task's output
-    (stream 1: stdout, 2: stderr).  Once exhausted, :attr:`result` is the
-    task as it was at the end.  The request is sent when iteration starts;
+    (stream 1: stdout, 2: stderr); :attr:`run` says where a later run's
+    output begins.  Once exhausted, :attr:`result` is the task as it was
+    at the end.  The request is sent when iteration starts;
     ``await stream.aclose()`` (or ``async with``) stops early."""
 
     def __init__(self, conn: _Conn, req: P.AnyRequest) -> None:
         super().__init__(conn, req)
-        self._pending: Deque[LogChunk] = collections.deque()
+        self._pending: Deque[Tuple[LogChunk, int]] = collections.deque()
         #: The task when the stream ended (None before).
         self.result: Optional[Result] = None
+        #: 0 until a chunk begins the output of a later run than the one
+        #: read before (a task run again after a failure, ``retry_failed``,
+        #: starts its output afresh); from that chunk on, that run's number
+        #: (as :attr:`rok.Result.run` counts them).  Runs whose output was
+        #: replaced before it was read are skipped.
+        self.run = 0
 
     def __aiter__(self) -> "LogStream":
         return self
@@ -477,7 +484,10 @@ class LogStream(_Stream):
                 self._done = True
                 if reply.HasField("task"):
                     self.result = P.result(reply.task)
-        return self._pending.popleft()
+        chunk, run = self._pending.popleft()
+        if run:
+            self.run = run
+        return chunk
 
 
 class Client:

@@ -254,16 +254,23 @@ class _Stream:
 
 class LogStream(_Stream):
     """An iterator of ``(stream, data)`` chunks of a task's output, in the
-    order the task wrote them (stream 1: stdout, 2: stderr).  Once
-    exhausted, :attr:`result` is the task as it was at the end.  Closing it
+    order the task wrote them (stream 1: stdout, 2: stderr); :attr:`run`
+    says where a later run's output begins.  Once exhausted,
+    :attr:`result` is the task as it was at the end.  Closing it
     early (``close()``, ``with``, or dropping it) stops reading; the
     daemon's stream then ends with the task."""
 
     def __init__(self, conn: _Conn, rid: int) -> None:
         super().__init__(conn, rid)
-        self._pending: Deque[LogChunk] = collections.deque()
+        self._pending: Deque[Tuple[LogChunk, int]] = collections.deque()
         #: The task when the stream ended (None before).
         self.result: Optional[Result] = None
+        #: 0 until a chunk begins the output of a later run than the one
+        #: read before (a task run again after a failure, ``retry_failed``,
+        #: starts its output afresh); from that chunk on, that run's number
+        #: (as :attr:`rok.Result.run` counts them).  Runs whose output was
+        #: replaced before it was read are skipped.
+        self.run = 0
 
     def __iter__(self) -> "LogStream":
         return self
@@ -278,7 +285,10 @@ class LogStream(_Stream):
                 self.close()
                 if reply.HasField("task"):
                     self.result = P.result(reply.task)
-        return self._pending.popleft()
+        chunk, run = self._pending.popleft()
+        if run:
+            self.run = run
+        return chunk
 
 
 class WatchStream(_Stream):

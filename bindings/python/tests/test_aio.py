@@ -161,6 +161,23 @@ def test_logs_follow_while_the_task_writes(rokd, tmp_path):
             assert b"".join(d for _, d in got) == b"first\nsecond\n"
             assert stream.result is not None and stream.result.ok
 
+            # A later run's output is marked where it begins: run 1
+            # writes, then fails once `go2` exists; run 2 writes.
+            go2, again = tmp_path / "go2", tmp_path / "again"
+            r = await c.spawn(["sh", "-c", f"if [ -e {again} ]; then "
+                               f"echo second; exit 0; fi; touch {again}; "
+                               f"echo first; while [ ! -e {go2} ]; do "
+                               f"sleep 0.01; done; exit 1"],
+                              retry_failed=1, backoff=0.01)
+            runs = []
+            stream = r.logs(follow=True)
+            async for chunk in stream:
+                runs.append((chunk, stream.run))
+                if chunk == (rok.STDOUT, b"first\n"):
+                    go2.touch()
+            assert runs == [((rok.STDOUT, b"first\n"), 0),
+                            ((rok.STDOUT, b"second\n"), 2)]
+
             # Leaving a follow stream early does not disturb the rest.
             s = await c.spawn(["sh", "-c", "echo a; sleep 3600"])
             async with s.logs(follow=True) as early:

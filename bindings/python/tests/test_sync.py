@@ -197,6 +197,28 @@ def test_logs_follow_while_the_task_writes(client, tmp_path):
     assert stream.result is not None and stream.result.ok
 
 
+def test_logs_follow_marks_a_later_run(client, tmp_path):
+    # Run 1 writes, then fails once `go` exists; run 2 writes and succeeds.
+    go, again = tmp_path / "go", tmp_path / "again"
+    t = client.spawn([SH, "-c", f'if [ -e {again} ]; then echo second; '
+                      f'exit 0; fi; touch {again}; echo first; '
+                      f'while [ ! -e {go} ]; do sleep 0.01; done; exit 1'],
+                     retry_failed=1, backoff=0.01)
+    with t.logs(follow=True) as stream:
+        assert next(stream) == (rok.STDOUT, b"first\n")
+        assert stream.run == 0
+        go.touch()
+        assert next(stream) == (rok.STDOUT, b"second\n")
+        assert stream.run == 2
+        assert list(stream) == []
+    assert stream.result is not None and stream.result.ok
+    assert stream.result.run == 2
+    # Read afterwards, only the last run's output is left: no later run.
+    with t.logs() as plain:
+        assert list(plain) == [(rok.STDOUT, b"second\n")]
+        assert plain.run == 0
+
+
 def test_logs_stream_abandoned_early(client):
     t = client.spawn([SH, "-c", "echo a; sleep 3600"])
     s = t.logs(follow=True)

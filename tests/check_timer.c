@@ -512,6 +512,15 @@ static void far_reap(rok_task **t, int n)
 	}
 }
 
+/* The n sleepers fired, in the order of their idx, none early; reaps them. */
+static void far_reap_in_order(rok_task **t, int n)
+{
+	for (int i = 0; i < n; i++)
+		ck_assert_int_eq(atomic_load(&fired[i]), i);
+	ck_assert_int_eq(atomic_load(&fired_early), 0);
+	far_reap(t, n);
+}
+
 /*
  * The clock crosses 2^52 ns (a multiple of the wheel's span, which
  * CLOCK_MONOTONIC passes after 52 days of uptime) while timers wait on both
@@ -536,10 +545,7 @@ START_TEST(wrap_at_wheel_span)
 	far_spawn(t, deadline, N, spawn_order);
 	far_clock_to(deadline[0] - ROK_MS(5));
 	far_wait_fired(N);
-	for (int i = 0; i < N; i++)
-		ck_assert_int_eq(atomic_load(&fired[i]), i);
-	ck_assert_int_eq(atomic_load(&fired_early), 0);
-	far_reap(t, N);
+	far_reap_in_order(t, N);
 }
 END_TEST
 
@@ -572,10 +578,7 @@ START_TEST(far_in_order)
 	far_wait_fired(12);
 	far_clock_to(deadline[N - 1]);
 	far_wait_fired(N);
-	for (int i = 0; i < N; i++)
-		ck_assert_int_eq(atomic_load(&fired[i]), i);
-	ck_assert_int_eq(atomic_load(&fired_early), 0);
-	far_reap(t, N);
+	far_reap_in_order(t, N);
 	rok_task_cancel(never);
 	ck_assert_int_eq(rok_task_wait(never, NULL), -ECANCELED);
 	rok_task_unref(never);
@@ -655,10 +658,7 @@ START_TEST(far_random)
 		ck_assert_int_eq(atomic_load(&fired_n), next);
 		done = next;
 	}
-	for (int i = 0; i < N; i++)
-		ck_assert_int_eq(atomic_load(&fired[i]), i);
-	ck_assert_int_eq(atomic_load(&fired_early), 0);
-	far_reap(t, N);
+	far_reap_in_order(t, N);
 }
 END_TEST
 
@@ -774,10 +774,7 @@ START_TEST(short_sleeps_at_level_0)
 	ck_assert_uint_eq(timer_count_from(&w->timers, 1), 0);
 	far_clock_to(deadline[N - 1]);
 	far_wait_fired(N);
-	for (int i = 0; i < N; i++)
-		ck_assert_int_eq(atomic_load(&fired[i]), i);
-	ck_assert_int_eq(atomic_load(&fired_early), 0);
-	far_reap(t, N);
+	far_reap_in_order(t, N);
 }
 END_TEST
 

@@ -23,7 +23,7 @@
  * 4.2 ms, a 0.8 ms stall of the firing worker each time (most of the row's
  * p99 lateness) and a fifth of its CPU.  Sleeps under 268 ms now never
  * move; longer ones move down once per level they are above level 0.  The
- * price is 32 KiB of slot heads per wheel.
+ * price is 64 KiB of slot lists per wheel.
  *
  * Not Tokio's rule (the level of the highest tick bit in which the deadline
  * differs from `elapsed`), under which a timer 1 ms away whose deadline
@@ -238,42 +238,48 @@ static unsigned timer_first_occupied(const struct timer_wheel *tw,
 }
 
 /*
- * A slot's list is NULL-ended and linked at its head, not a circular
- * waitq list linked at its tail: linking a timer then writes only the
- * node that was first, where a tail link reads the first node and
- * writes the last.  Those are cache misses: a slot's nodes sit in the
- * frames of tasks that went to sleep long ago, and the sleeps of
- * timer_storm spread over 1,500 level-0 slots.  The order within a slot
- * does not matter: timer_wake sorts what it wakes.
+ * A slot's list is NULL-ended, with its tail in the slot, not a circular
+ * waitq list: linking a timer then writes only the node that was last,
+ * where a circular link reads the first node for the last and writes
+ * both.  Those are cache misses: a slot's nodes sit in the frames of
+ * tasks that went to sleep long ago, and the sleeps of timer_storm spread
+ * over 1,500 level-0 slots.  Taken from the head: a slot fires, and moves
+ * down, in the order its timers were filed.
  */
-static void timer_push(rok_waiter **head, rok_waiter *w)
+static void timer_push(struct timer_list *l, rok_waiter *w)
 {
-	w->prev = NULL;
-	w->next = *head;
-	if (*head != NULL)
-		(*head)->prev = w;
-	*head = w;
+	w->next = NULL;
+	w->prev = l->tail;
+	if (l->tail != NULL)
+		l->tail->next = w;
+	else
+		l->head = w;
+	l->tail = w;
 }
 
-static void timer_remove(rok_waiter **head, rok_waiter *w)
+static void timer_remove(struct timer_list *l, rok_waiter *w)
 {
 	if (w->prev != NULL)
 		w->prev->next = w->next;
 	else
-		*head = w->next;
+		l->head = w->next;
 	if (w->next != NULL)
 		w->next->prev = w->prev;
+	else
+		l->tail = w->prev;
 	w->next = w->prev = NULL;
 }
 
 /* Unlinks the first node of a list that is not empty. */
-static rok_waiter *timer_pop(rok_waiter **head)
+static rok_waiter *timer_pop(struct timer_list *l)
 {
-	rok_waiter *w = *head;
+	rok_waiter *w = l->head;
 
-	*head = w->next;
+	l->head = w->next;
 	if (w->next != NULL)
 		w->next->prev = NULL;
+	else
+		l->tail = NULL;
 	w->next = NULL;
 	return w;
 }
@@ -306,17 +312,17 @@ static void timer_file(struct timer_wheel *tw, rok_waiter *w, uint64_t when,
 	unsigned slot = (unsigned)(when >> timer_shift(level)) &
 	                (timer_slots(level) - 1);
 	w->aux = timer_aux(level, slot);
-	rok_waiter **head = &tw->slots[w->aux];
-	if (tw->firing != NULL && w->aux == tw->firing_aux) {
+	struct timer_list *list = &tw->slots[w->aux];
+	if (tw->firing.head != NULL && w->aux == tw->firing_aux) {
 		/* Its aux would say "on `firing`": see the note at the top. */
 		w->aux = TIMER_DEFERRED;
-		head = &tw->deferred;
+		list = &tw->deferred;
 	} else {
 		timer_occupy(tw, w->aux);
 	}
 	if (cx != NULL)
 		waitq_enter(w, cx, timer_release, tw);
-	timer_push(head, w);
+	timer_push(list, w);
 }
 
 /* Lock held, `w` filed: unlinks it from wherever it is. */
@@ -324,11 +330,11 @@ static void timer_unfile(struct timer_wheel *tw, rok_waiter *w)
 {
 	if (w->aux == TIMER_DEFERRED) {
 		timer_remove(&tw->deferred, w);
-	} else if (tw->firing != NULL && w->aux == tw->firing_aux) {
+	} else if (tw->firing.head != NULL && w->aux == tw->firing_aux) {
 		timer_remove(&tw->firing, w);
 	} else {
 		timer_remove(&tw->slots[w->aux], w);
-		if (tw->slots[w->aux] == NULL)
+		if (tw->slots[w->aux].head == NULL)
 			timer_vacate(tw, w->aux);
 	}
 }
@@ -423,9 +429,8 @@ struct timer_due {
 
 /*
  * Wakes a batch of due timers, earliest deadline first: timers that came
- * due together (a slot of a higher level, a late look, a slot's list,
- * which keeps no order) still wake in order.  Insertion sort: the batch
- * is small.
+ * due together (a slot of a higher level, a late look) still wake in order.
+ * Insertion sort: the batch is small and mostly sorted.
  */
 static void timer_wake(struct timer_due *due, unsigned n)
 {
@@ -460,7 +465,7 @@ static bool timer_take_slot(struct timer_wheel *tw, uint64_t now_tick)
 	unsigned aux = timer_aux(level, slot);
 	tw->firing = tw->slots[aux];   /* its nodes keep their aux */
 	tw->firing_aux = aux;
-	tw->slots[aux] = NULL;
+	tw->slots[aux] = (struct timer_list){ NULL, NULL };
 	timer_vacate(tw, aux);
 	return true;
 }
@@ -468,7 +473,7 @@ static bool timer_take_slot(struct timer_wheel *tw, uint64_t now_tick)
 /* Lock held, `firing` empty.  Files what waited on `deferred`. */
 static void timer_file_deferred(struct timer_wheel *tw)
 {
-	while (tw->deferred != NULL) {
+	while (tw->deferred.head != NULL) {
 		rok_waiter *w = timer_pop(&tw->deferred);
 		timer_file(tw, w, timer_tick_ceil(timer_op(w)->deadline), NULL);
 	}
@@ -487,12 +492,12 @@ unsigned timer_fire(struct timer_wheel *tw, int64_t now)
 	 * or, far, round the top level, whose slots start after elapsed; so
 	 * this ends. */
 	for (;;) {
-		if (tw->firing == NULL) {
+		if (tw->firing.head == NULL) {
 			timer_file_deferred(tw);
 			if (!timer_take_slot(tw, now_tick))
 				break;
 		}
-		rok_waiter *w = tw->firing;
+		rok_waiter *w = tw->firing.head;
 		int64_t deadline = timer_op(w)->deadline;
 		uint64_t when = timer_tick_ceil(deadline);
 		if (when > now_tick) {
@@ -534,7 +539,7 @@ size_t timer_count_from(struct timer_wheel *tw, unsigned level)
 
 	spin_lock(&tw->lock);
 	for (unsigned a = timer_aux(level, 0); a < TIMER_NSLOTS; a++) {
-		for (rok_waiter *w = tw->slots[a]; w != NULL; w = w->next)
+		for (rok_waiter *w = tw->slots[a].head; w != NULL; w = w->next)
 			n++;
 	}
 	spin_unlock(&tw->lock);

@@ -19,6 +19,11 @@
 #define TIMER_SLOTS    (1u << TIMER_BITS)
 #define TIMER_NSLOTS   (TIMER_L0_SLOTS + (TIMER_LEVELS - 1) * TIMER_SLOTS)
 
+/* A slot's timers in the order they were filed (timer.c). */
+struct timer_list {
+	rok_waiter *head, *tail;
+};
+
 struct timer_wheel {
 	struct spin lock;
 	_Atomic uint64_t count;        /* armed timers; read unlocked as a hint */
@@ -29,10 +34,10 @@ struct timer_wheel {
 	uint64_t occupied0[TIMER_L0_SLOTS / 64];
 	uint64_t occupied[TIMER_LEVELS];   /* [0] unused */
 	/* Level 0's slots, then level 1's, and so on: by aux. */
-	rok_waiter *slots[TIMER_NSLOTS];
-	rok_waiter *firing;            /* the slot timer_fire is emptying */
+	struct timer_list slots[TIMER_NSLOTS];
+	struct timer_list firing;      /* the slot timer_fire is emptying */
 	unsigned firing_aux;           /* its aux (its place in slots) */
-	rok_waiter *deferred;          /* to be filed in it: see timer.c */
+	struct timer_list deferred;    /* to be filed in it: see timer.c */
 };
 
 void timer_init(struct timer_wheel *tw);

@@ -58,14 +58,7 @@ rok_task *waitq_wake(rok_waiter *w)
 	return t;
 }
 
-void waitq_link(rok_waiter **head, rok_waiter *w, rok_cx *cx,
-                void (*release)(rok_waiter *w), void *queue)
-{
-	waitq_enter(w, cx, release, queue);
-	waitq_append(head, w);
-}
-
-void waitq_append(rok_waiter **head, rok_waiter *w)
+static void waitq_append(rok_waiter **head, rok_waiter *w)
 {
 	if (*head == NULL) {
 		w->next = w->prev = w;
@@ -77,6 +70,13 @@ void waitq_append(rok_waiter **head, rok_waiter *w)
 		w->next = *head;
 		(*head)->prev = w;
 	}
+}
+
+void waitq_link(rok_waiter **head, rok_waiter *w, rok_cx *cx,
+                void (*release)(rok_waiter *w), void *queue)
+{
+	waitq_enter(w, cx, release, queue);
+	waitq_append(head, w);
 }
 
 static void waitq_remove(rok_waiter **head, rok_waiter *w)

@@ -27,10 +27,6 @@ enum {
 void waitq_link(rok_waiter **head, rok_waiter *w, rok_cx *cx,
                 void (*release)(rok_waiter *w), void *queue);
 
-/* Appends `w` to a list as it is: no state change, no accounting (moving a
- * node from one list to another). */
-void waitq_append(rok_waiter **head, rok_waiter *w);
-
 /* Unlinks `w` if it is still queued; true if it was. */
 bool waitq_unlink(rok_waiter **head, rok_waiter *w);
 

@@ -430,7 +430,7 @@ END_TEST
  */
 #define TIMER_TURN_NS ((int64_t)1 << 52)   /* the whole wheel: 52 days */
 
-static _Atomic int fired[64];
+static _Atomic int fired[128];
 static _Atomic int fired_n;     /* slots of fired[] taken */
 static _Atomic int fired_done;  /* slots of fired[] written: what to wait
                                    for before reading them */
@@ -509,6 +509,21 @@ static void far_reap(rok_task **t, int n)
 	for (int i = 0; i < n; i++) {
 		ck_assert_int_eq(rok_task_wait(t[i], NULL), 0);
 		rok_task_unref(t[i]);
+	}
+}
+
+/* Moves the clock to `at` and waits until worker w's wheel has looked at
+ * it (fired what came due and moved down what its slots no longer hold). */
+static void far_wheel_to(struct worker *w, int64_t at)
+{
+	far_clock_to(at);
+	for (;;) {
+		spin_lock(&w->timers.lock);
+		uint64_t e = w->timers.elapsed;
+		spin_unlock(&w->timers.lock);
+		if (e >= (uint64_t)at >> 16)
+			break;
+		far_poke();
 	}
 }
 
@@ -747,23 +762,22 @@ END_TEST
  * Sleeps shorter than level 0's span (2^12 ticks, 268 ms) go straight to
  * level 0 and are never moved: with a 64-slot level 0 (4.2 ms), every
  * longer sleep moved down once, a whole level-1 slot of them at a time
- * (timer.c).  Sleepers of 100 ms to 256 ms: none above level 0; all fire
- * in deadline order and none early.  A slow machine may fire some before
- * the count is read: they are at no level then either.
+ * (timer.c).  Sleepers of 100 ms to 256 ms: none above level 0, and none
+ * fires early.  A slow machine may fire some before the count is read:
+ * they are at no level then either.
  */
 START_TEST(short_sleeps_at_level_0)
 {
 	enum { N = 27 };
 	rok_task *t[N];
 	int64_t now = rok_now();
-	int64_t deadline[N];
 	int64_t base = rok_registrations();
 
 	test_workers(1);
 	ck_assert_int_eq(rok_start(), 0);
-	for (int i = N; i-- > 0;) {
-		deadline[i] = now + ROK_MS(100) + ROK_MS(6) * i;
-		struct far f = { .idx = i, .deadline = deadline[i] };
+	for (int i = 0; i < N; i++) {
+		struct far f = { .idx = i,
+		                 .deadline = now + ROK_MS(100) + ROK_MS(6) * i };
 		ck_assert_int_eq(rok_spawn(&t[i], far_poll, &f, sizeof(f)), 0);
 	}
 	/* Each is filed, or fired already. */
@@ -772,6 +786,49 @@ START_TEST(short_sleeps_at_level_0)
 	struct worker *w = atomic_load_explicit(&executor.workers[0],
 	                                        memory_order_relaxed);
 	ck_assert_uint_eq(timer_count_from(&w->timers, 1), 0);
+	far_clock_to(now + ROK_MS(100) + ROK_MS(6) * N);
+	far_wait_fired(N);
+	ck_assert_int_eq(atomic_load(&fired_early), 0);
+	far_reap(t, N);
+}
+END_TEST
+
+/*
+ * More timers than a batch (64) due in one tick wake in the order they
+ * were filed (here their deadlines' order), not only in order within each
+ * batch: a slot's list keeps the filing order, whether the slot is taken
+ * whole (loop 0: a level-1 slot that the clock passed) or first moved
+ * down (loop 1: to level 0, then fired there).  With a list taken from
+ * the end it was filed at, the second batch woke first.
+ */
+START_TEST(slot_fires_in_filing_order)
+{
+	enum { N = 100 };
+	rok_task *t[N];
+	int64_t deadline[N];
+	/* A level-1 slot's window (2^28 ns) starting 1.7 to 2 s on, and a
+	 * tick 10 ms into it that every deadline falls in. */
+	int64_t win = ((rok_now() + ROK_S(2)) >> 28) << 28;
+	int64_t tick = ((win + ROK_MS(10)) >> 16) << 16;
+
+	test_workers(1);
+	ck_assert_int_eq(rok_start(), 0);
+	struct worker *w = atomic_load_explicit(&executor.workers[0],
+	                                        memory_order_relaxed);
+	for (int i = 0; i < N; i++) {
+		int64_t base = rok_registrations();
+		deadline[i] = tick + 1000 + 100 * i;
+		struct far f = { .idx = i, .deadline = deadline[i] };
+		ck_assert_int_eq(rok_spawn(&t[i], far_poll, &f, sizeof(f)), 0);
+		while (rok_registrations() < base + 1)   /* filed, in turn */
+			sched_yield();
+	}
+	ck_assert_uint_eq(timer_count_from(&w->timers, 1), N);
+	if (_i == 1) {
+		far_wheel_to(w, win + ROK_MS(1));
+		ck_assert_uint_eq(timer_count_from(&w->timers, 1), 0);
+		ck_assert_uint_eq(timer_count_from(&w->timers, 0), N);
+	}
 	far_clock_to(deadline[N - 1]);
 	far_wait_fired(N);
 	far_reap_in_order(t, N);
@@ -800,15 +857,7 @@ START_TEST(top_slot_tie)
 	                                        memory_order_relaxed);
 	far_spawn(t, deadline, 1, order0);
 	ck_assert_uint_eq(timer_count_from(&w->timers, 4), 1);
-	far_clock_to(tb - ROK_S(3600));
-	for (;;) {   /* until the worker's wheel has looked at the new time */
-		spin_lock(&w->timers.lock);
-		uint64_t e = w->timers.elapsed;
-		spin_unlock(&w->timers.lock);
-		if (e >= (uint64_t)(tb - ROK_S(3600)) >> 16)
-			break;
-		far_poke();
-	}
+	far_wheel_to(w, tb - ROK_S(3600));
 	struct far f = { .idx = 1, .deadline = deadline[1] };
 	int64_t base = rok_registrations();
 	ck_assert_int_eq(rok_spawn(&t[1], far_poll, &f, sizeof(f)), 0);
@@ -1014,6 +1063,8 @@ static Suite *timer_suite(void)
 	Suite *s = TEST_SUITE("timer", cases, 30);
 
 	test_add(s, "far_random", far_random, 8, 30);
+	test_add(s, "slot_fires_in_filing_order", slot_fires_in_filing_order, 2,
+	         30);
 	return s;
 }
 

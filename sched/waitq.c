@@ -94,8 +94,7 @@ static void waitq_remove(rok_waiter **head, rok_waiter *w)
 
 bool waitq_unlink(rok_waiter **head, rok_waiter *w)
 {
-	if (atomic_load_explicit(&w->state, memory_order_relaxed) !=
-	    WAITQ_QUEUED)
+	if (!waitq_queued(w))
 		return false;
 	waitq_remove(head, w);
 	waitq_leave(w);

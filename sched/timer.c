@@ -23,7 +23,7 @@
  * 4.2 ms, a 0.8 ms stall of the firing worker each time (most of the row's
  * p99 lateness) and a fifth of its CPU.  Sleeps under 268 ms now never
  * move; longer ones move down once per level they are above level 0.  The
- * price is 64 KiB of slot lists per wheel.
+ * price is 68 KiB of slot lists per wheel (64 KiB of them level 0's).
  *
  * Not Tokio's rule (the level of the highest tick bit in which the deadline
  * differs from `elapsed`), under which a timer 1 ms away whose deadline
@@ -429,8 +429,10 @@ struct timer_due {
 
 /*
  * Wakes a batch of due timers, earliest deadline first: timers that came
- * due together (a slot of a higher level, a late look) still wake in order.
- * Insertion sort: the batch is small and mostly sorted.
+ * due together (a slot of a higher level, a late look) still wake in order
+ * within the batch; a slot of more than a batch wakes its batches in the
+ * order its timers were filed.  Insertion sort: the batch is small, and in
+ * order across the slots it spans.
  */
 static void timer_wake(struct timer_due *due, unsigned n)
 {

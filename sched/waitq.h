@@ -50,8 +50,9 @@ void waitq_enter(rok_waiter *w, rok_cx *cx, void (*release)(rok_waiter *w),
 void waitq_leave(rok_waiter *w);
 rok_task *waitq_wake(rok_waiter *w);
 
-/* Under the list's lock, which every change to QUEUED or from it holds:
- * relaxed. */
+/* Relaxed: every change to or from QUEUED of a node still on its list
+ * holds the list's lock (task_complete wakes joiners only after taking the
+ * list away, and task_join_release then unlinks nothing). */
 static inline bool waitq_queued(const rok_waiter *w)
 {
 	return atomic_load_explicit(&w->state, memory_order_relaxed) ==

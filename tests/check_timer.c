@@ -797,9 +797,11 @@ END_TEST
  * More timers than a batch (64) due in one tick wake in the order they
  * were filed (here their deadlines' order), not only in order within each
  * batch: a slot's list keeps the filing order, whether the slot is taken
- * whole (loop 0: a level-1 slot that the clock passed) or first moved
- * down (loop 1: to level 0, then fired there).  With a list taken from
- * the end it was filed at, the second batch woke first.
+ * whole (loop 0: the clock jumps past every deadline, so the level-1 slot
+ * is fired as it is) or first moved down (loop 1: the clock to the
+ * window's start, which moves them to level 0; then past them).  With a
+ * list taken from the end it was filed at, loop 0 woke the second batch
+ * first.
  */
 START_TEST(slot_fires_in_filing_order)
 {
@@ -807,9 +809,11 @@ START_TEST(slot_fires_in_filing_order)
 	rok_task *t[N];
 	int64_t deadline[N];
 	/* A level-1 slot's window (2^28 ns) starting 1.7 to 2 s on, and a
-	 * tick 10 ms into it that every deadline falls in. */
+	 * tick 200 ms into it that every deadline falls in: loop 1 moves the
+	 * clock to the window's start, and real time then has 199 ms to
+	 * pass before the counts are read. */
 	int64_t win = ((rok_now() + ROK_S(2)) >> 28) << 28;
-	int64_t tick = ((win + ROK_MS(10)) >> 16) << 16;
+	int64_t tick = ((win + ROK_MS(200)) >> 16) << 16;
 
 	test_workers(1);
 	ck_assert_int_eq(rok_start(), 0);
@@ -829,7 +833,8 @@ START_TEST(slot_fires_in_filing_order)
 		ck_assert_uint_eq(timer_count_from(&w->timers, 1), 0);
 		ck_assert_uint_eq(timer_count_from(&w->timers, 0), N);
 	}
-	far_clock_to(deadline[N - 1]);
+	/* Past the tick the deadlines round up to: all due at one look. */
+	far_clock_to(tick + (1 << 16));
 	far_wait_fired(N);
 	far_reap_in_order(t, N);
 }

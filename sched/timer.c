@@ -21,9 +21,10 @@
  * slots at level 0 (4.2 ms), every sleep longer than that moved once: in
  * rok-bench's timer_storm (sleeps of 1 to 100 ms) some 5,800 timers every
  * 4.2 ms, a 0.8 ms stall of the firing worker each time (most of the row's
- * p99 lateness) and a fifth of its CPU.  Sleeps under 268 ms now never
- * move; longer ones move down once per level they are above level 0.  The
- * price is 68 KiB of slot lists per wheel (64 KiB of them level 0's).
+ * p99 lateness; with one worker, 122 ms of its ~750 ms of CPU).  Sleeps
+ * under 268 ms now never move; longer ones move down once per level they
+ * are above level 0.  The price is 68 KiB of slot lists per wheel (64 KiB
+ * of them level 0's).
  *
  * Not Tokio's rule (the level of the highest tick bit in which the deadline
  * differs from `elapsed`), under which a timer 1 ms away whose deadline

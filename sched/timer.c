@@ -276,12 +276,7 @@ static rok_waiter *timer_pop(struct timer_list *l)
 {
 	rok_waiter *w = l->head;
 
-	l->head = w->next;
-	if (w->next != NULL)
-		w->next->prev = NULL;
-	else
-		l->tail = NULL;
-	w->next = NULL;
+	timer_remove(l, w);
 	return w;
 }
 
